@@ -1,0 +1,108 @@
+"""The host-side program of one compiled graph: what the wrapper does, in order.
+
+Lowering produces a ``Program``; codegen prints it as the wrapper module. Host values are named
+strings. The wrapper may only allocate, take views, launch kernels, call *declared* fallbacks and
+declared collectives; anything else belongs in a kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .nodes import Kernel
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Logical layout of a host tensor (from the FX node's fake value)."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    dtype: str  # torch dtype name without the "torch." prefix, e.g. "float32", "int64", "bool"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.size:
+            n *= s
+        return n
+
+    @property
+    def extent(self) -> int:
+        """Elements of the smallest contiguous span holding every element (0 when empty)."""
+        if self.numel == 0:
+            return 0
+        return 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+
+@dataclass(eq=False)
+class KernelCall:
+    """``results = kernel(*flat spans of args)``. ``args`` name host tensors; the wrapper passes each
+    as its flat span (``hbm_view``), reinterpreted to the kernel parameter's hardware dtype
+    (int64 -> int32 words, bool -> uint8). Each result is the returned flat buffer, and
+    ``result_meta`` gives the logical view the wrapper takes of it."""
+
+    kernel: Kernel
+    args: list[str]
+    results: list[str]
+    result_meta: list[TensorMeta]
+
+
+@dataclass(eq=False)
+class View:
+    """``name = torch.as_strided(base, size, stride, offset)`` — a view, never a copy."""
+
+    name: str
+    base: str
+    meta: TensorMeta
+
+
+@dataclass(eq=False)
+class Empty:
+    """``name = torch.empty_strided(...)`` — for outputs with no elements."""
+
+    name: str
+    meta: TensorMeta
+
+
+@dataclass(eq=False)
+class Fallback:
+    """A declared fallback: run ATen op ``target`` (e.g. ``"aten.native_dropout.default"``) eagerly on
+    the host. ``args``/``kwargs`` hold host value names (wrapped in ``Ref``) and constants."""
+
+    results: list[str]  # names bound to the op's outputs (a tuple result is unpacked)
+    target: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    reason: str
+    shapes: str = ""
+    unpack: bool = False  # the op returns a tuple/list that is unpacked into ``results``
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a host value by name inside fallback arguments."""
+
+    name: str
+
+
+Step = Union[KernelCall, View, Empty, Fallback]
+
+
+@dataclass(eq=False)
+class Program:
+    name: str
+    inputs: list[str]
+    input_meta: list[TensorMeta | None]
+    steps: list[Step] = field(default_factory=list)
+    #: each output is a host value name (``Ref``) or a Python constant (``None``, an int, ...)
+    outputs: list[Any] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s.kernel for s in self.steps if isinstance(s, KernelCall)]
+
+    @property
+    def fallbacks(self) -> list[Fallback]:
+        return [s for s in self.steps if isinstance(s, Fallback)]
