@@ -1,0 +1,235 @@
+"""``compile_cached``: the one seam between the backend and the cache.
+
+A hit (memory, then disk) returns the loaded module without calling ``compile_fn``, so nothing of
+decomposition, fusion, lowering or codegen runs. A miss compiles under a per-key file lock (one
+compile per key across processes and ranks) and publishes the entry atomically. Every cache fault
+degrades to an uncached compile with a warning: a cache must never fail a training step. The one
+exception is a cache dir that others can write: loading code from it would be a security hole, so
+that is a hard, explained error.
+"""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import logging
+import sys
+import threading
+import time
+import types
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch.fx
+
+from . import stats as _stats
+from .key import key_of, make_record
+from .store import META, CorruptEntry, Store, default_root
+
+log = logging.getLogger("neuron_inductor.cache")
+
+
+class NeuronCacheWarning(UserWarning):
+    """A cache fault that was worked around (the run continues uncached or recompiles)."""
+
+
+@dataclass
+class Artifact:
+    """What a compile produces: generated sources by file name, and JSON-able metadata."""
+
+    sources: dict[str, str]
+    meta: dict = field(default_factory=dict)
+
+
+_memory: dict[tuple[str, str], Callable] = {}
+_warned: set[tuple[str, str]] = set()
+_swept: set[str] = set()
+_mutex = threading.Lock()
+
+
+def clear_memory() -> None:
+    """Forget the in-process tier and the warn-once memory (tests; a fresh process does this too)."""
+    with _mutex:
+        _memory.clear()
+        _warned.clear()
+        _swept.clear()
+
+
+def _warn_once(reason: str, root: Path, message: str) -> None:
+    with _mutex:
+        if (reason, str(root)) in _warned:
+            log.debug("%s", message)
+            return
+        _warned.add((reason, str(root)))
+    warnings.warn(message, NeuronCacheWarning, stacklevel=3)
+
+
+# -- loading ----------------------------------------------------------------------------------------
+def _runtime_loader() -> Any:
+    """The real runtime loader when it exists; a minimal stand-in otherwise (bootstrap only)."""
+    if importlib.util.find_spec("neuron_inductor.runtime.loader") is not None:
+        from neuron_inductor.runtime import loader
+
+        return loader
+    return _FallbackLoader
+
+
+class _FallbackLoader:
+    """Executes ``wrapper.py`` and returns its ``call``; used only until runtime/loader.py exists."""
+
+    @staticmethod
+    def load_sources(sources: dict[str, str]) -> Callable:
+        mod = types.ModuleType(f"neuron_inductor_cached_{abs(hash(sources.get('wrapper.py', '')))}")
+        exec(compile(sources["wrapper.py"], "wrapper.py", "exec"), mod.__dict__)
+        return mod.call
+
+    @staticmethod
+    def load_dir(path: Path | str) -> Callable:
+        p = Path(path)
+        return _FallbackLoader.load_sources({f.name: f.read_text() for f in p.glob("*.py")})
+
+
+def _load_uncached(artifact: Artifact) -> Callable:
+    return _runtime_loader().load_sources(dict(artifact.sources))
+
+
+# -- the seam ---------------------------------------------------------------------------------------
+def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str, cfg: Any,
+                   compile_fn: Callable[[], Artifact]) -> Callable:
+    """Return the compiled callable for ``gm``, compiling with ``compile_fn`` only on a miss."""
+    if not cfg.cache:
+        _stats.count("bypasses", reason="disabled")
+        return _load_uncached(compile_fn())
+    record = make_record(gm, example_inputs, kind, cfg)
+    key = key_of(record)
+    root = default_root(cfg)
+    mem = _memory.get((str(root), key))
+    if mem is not None:
+        _stats.count("hits")
+        _stats.count("hits_memory")
+        return mem
+
+    try:
+        store = Store(root)
+    except OSError as e:
+        return _bypass("unwritable", root, f"compile cache dir {root} is unusable ({e}); "
+                       "compiling without the cache", compile_fn)
+    if str(root) not in _swept:
+        _swept.add(str(root))
+        n = store.sweep_temps()
+        if n:
+            log.debug("swept %d stale temp dir(s) in %s", n, root)
+
+    hit = _try_load(store, key)
+    if hit is not None:
+        return hit
+
+    from filelock import FileLock, Timeout
+
+    try:
+        store.ensure_parent(key)
+        lock = FileLock(str(store.lock_path(key)), timeout=cfg.cache_lock_timeout)
+        lock.acquire()
+    except Timeout:
+        return _bypass("lock_timeout", root, f"timed out after {cfg.cache_lock_timeout}s waiting "
+                       f"for another process compiling graph {key[:12]}; compiling without the cache "
+                       "(raise NEURON_INDUCTOR_CACHE_LOCK_TIMEOUT if compiles are slow)", compile_fn)
+    except OSError as e:
+        return _bypass("unwritable", root, f"compile cache dir {root} is not writable ({e}); "
+                       "compiling without the cache", compile_fn)
+    try:
+        hit = _try_load(store, key)  # the process we waited for may have published it
+        if hit is not None:
+            return hit
+        _stats.count("misses", root=root)
+        log.debug("cache miss %s (%s)", key[:12], kind)
+        t0 = time.perf_counter()
+        artifact = compile_fn()  # raising here stores nothing; the lock is released below
+        elapsed = time.perf_counter() - t0
+        _stats.count("compile_seconds", elapsed)
+        meta = _complete_meta(artifact, gm, record, kind, elapsed)
+        try:
+            entry = store.write(key, record, artifact.sources, meta)
+        except OSError as e:
+            _warn_once("write_failed", root, f"could not write compile cache entry in {root} ({e}); "
+                       "continuing without caching this graph")
+            _stats.count("bypasses", reason="write_failed")
+            return _load_uncached(artifact)
+        evicted = store.evict(int(cfg.cache_max_bytes), keep=key)
+        if evicted:
+            _stats.count("evictions", len(evicted), root=root)
+        fn = _runtime_loader().load_dir(entry)
+        _memory[(str(root), key)] = fn
+        return fn
+    finally:
+        lock.release()
+
+
+def _bypass(reason: str, root: Path, message: str, compile_fn: Callable[[], Artifact]) -> Callable:
+    _warn_once(reason, root, message)
+    _stats.count("bypasses", reason=reason)
+    return _load_uncached(compile_fn())
+
+
+def _try_load(store: Store, key: str) -> Callable | None:
+    try:
+        found = store.lookup(key)
+    except CorruptEntry as e:
+        _stats.count("quarantined", root=store.root)
+        warnings.warn(f"corrupt compile cache entry quarantined, recompiling: {e}", NeuronCacheWarning,
+                      stacklevel=3)
+        return None
+    if found is None:
+        return None
+    entry, _manifest = found
+    try:
+        fn = _runtime_loader().load_dir(entry)
+    except Exception as e:  # verified bytes that no longer load: treat like corruption
+        store.quarantine(entry)
+        _stats.count("quarantined", root=store.root)
+        warnings.warn(f"compile cache entry {entry} failed to load ({e!r}); quarantined, recompiling",
+                      NeuronCacheWarning, stacklevel=3)
+        return None
+    store.touch_hit(entry)
+    try:
+        saved = float(json.loads((entry / META).read_text()).get("compile_seconds") or 0.0)
+    except (OSError, ValueError, TypeError):
+        saved = 0.0
+    _stats.count("hits")
+    _stats.count("hits_disk")
+    _stats.count("compile_seconds_saved", saved)
+    _stats.persist(store.root, {"hits": 1, "compile_seconds_saved": saved})
+    log.debug("cache hit %s (saved %.2fs)", key[:12], saved)
+    _memory[(str(store.root), key)] = fn
+    return fn
+
+
+def _complete_meta(artifact: Artifact, gm: torch.fx.GraphModule, record: dict, kind: str,
+                   elapsed: float) -> dict:
+    """Fill what ``neuron-inductor cache list`` shows when the compiler did not say."""
+    meta = dict(artifact.meta)
+    meta.setdefault("compile_seconds", round(elapsed, 6))
+    meta.setdefault("kind", kind)
+    meta.setdefault("graph_name", getattr(gm, "_neuron_graph_name", None) or type(gm).__name__)
+    meta.setdefault("summary", graph_summary(gm))
+    ins = [i for i in record["inputs"] if "shape" in i]
+    meta.setdefault("input_shapes", [i["shape"] for i in ins])
+    meta.setdefault("input_dtypes", [i["dtype"] for i in ins])
+    meta.setdefault("n_kernels", sum(s.count("@nki.jit") for s in artifact.sources.values()))
+    meta.setdefault("python", sys.version.split()[0])
+    return meta
+
+
+def graph_summary(gm: torch.fx.GraphModule, top: int = 4) -> str:
+    """E.g. ``"12 ops: mm x3, add x2, ..."``: enough to recognise a graph in a listing."""
+    names = []
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method", "call_module"):
+            t = n.target
+            name = t if isinstance(t, str) else getattr(t, "__name__", str(t))
+            names.append(str(name).split(".")[0])
+    common = collections.Counter(names).most_common(top)
+    more = ", ..." if len(set(names)) > top else ""
+    return f"{len(names)} ops: " + ", ".join(f"{n} x{c}" for n, c in common) + more

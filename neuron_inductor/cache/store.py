@@ -1,0 +1,353 @@
+"""The on-disk tier: one directory per key, published by atomic rename, trusted only via its manifest.
+
+Layout::
+
+    <root>/v<schema>/<key[:2]>/<key>/   kernels.py wrapper.py record.json meta.json  manifest.json  hits
+    <root>/v<schema>/<key[:2]>/<key>.lock     per-key single-flight lock
+    <root>/v<schema>/<key[:2]>/.tmp-*         entries being written (swept when stale)
+    <root>/quarantine/                         entries that failed verification, kept for inspection
+
+``manifest.json`` is written last, inside the temp dir, before the rename; an entry without a
+manifest, or whose files do not match its checksums, is never executed. ``hits`` is outside the
+manifest: it grows by one byte per hit (an O_APPEND write is atomic across processes) and its mtime is
+the last-hit time that LRU eviction sorts by.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .key import SCHEMA_VERSION
+
+log = logging.getLogger("neuron_inductor.cache")
+
+MANIFEST = "manifest.json"
+RECORD = "record.json"
+META = "meta.json"
+HITS = "hits"
+TMP_PREFIX = ".tmp-"
+STALE_TMP_SECONDS = 3600
+
+
+class CacheSecurityError(RuntimeError):
+    """The cache dir could be written by someone else; its entries are code we would execute."""
+
+
+class CorruptEntry(Exception):
+    """An entry failed verification (missing manifest, checksum mismatch, unreadable file)."""
+
+
+def default_root(cfg: Any = None) -> Path:
+    """``cfg.cache_dir``, else ``$NEURON_INDUCTOR_CACHE_DIR``, else the XDG user cache dir."""
+    explicit = getattr(cfg, "cache_dir", None) or os.environ.get("NEURON_INDUCTOR_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "neuron_inductor"
+
+
+def check_secure(path: Path) -> None:
+    """Raise :class:`CacheSecurityError` unless ``path`` is owned by us and not group/other-writable."""
+    st = os.stat(path)
+    problems = []
+    if st.st_uid != os.getuid():
+        problems.append(f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problems.append(f"it is writable by {'group' if st.st_mode & stat.S_IWGRP else ''}"
+                        f"{'/' if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH else ''}"
+                        f"{'others' if st.st_mode & stat.S_IWOTH else ''} (mode {stat.filemode(st.st_mode)})")
+    if problems:
+        raise CacheSecurityError(
+            f"neuron_inductor refuses to use the compile cache directory {path}: "
+            + " and ".join(problems) + ". Cached entries are Python code that gets executed, so "
+            "anyone who can write there could run code as you. Fix it with "
+            f"`chmod 700 {path}` (and make sure you own it), or choose a private directory with "
+            "NEURON_INDUCTOR_CACHE_DIR=... or options={'cache_dir': ...}.")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _mkdir_private(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+
+
+@dataclass
+class EntryInfo:
+    """What ``list``/``prune``/``explain`` need about one entry, read without executing anything."""
+
+    key: str
+    path: Path
+    manifest: dict | None
+    size: int
+    created: float
+    last_used: float
+    hits: int
+
+    def read_json(self, name: str) -> dict:
+        try:
+            return json.loads((self.path / name).read_text())
+        except (OSError, ValueError):
+            return {}
+
+
+class Store:
+    """One cache root. Creating it makes the root (0700) and checks its permissions."""
+
+    def __init__(self, root: Path | str, *, create: bool = True) -> None:
+        self.root = Path(root)
+        if create and not self.root.exists():
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+        check_secure(self.root)
+        self.vdir = self.root / f"v{SCHEMA_VERSION}"
+
+    # -- paths --------------------------------------------------------------------------------------
+    def entry_dir(self, key: str) -> Path:
+        return self.vdir / key[:2] / key
+
+    def lock_path(self, key: str) -> Path:
+        return self.vdir / key[:2] / f"{key}.lock"
+
+    def ensure_parent(self, key: str) -> Path:
+        _mkdir_private(self.vdir)
+        parent = self.vdir / key[:2]
+        _mkdir_private(parent)
+        return parent
+
+    def check_entry_secure(self, key: str) -> None:
+        """Every directory from the root down to the entry must be private before we execute it."""
+        for p in (self.root, self.vdir, self.vdir / key[:2], self.entry_dir(key)):
+            check_secure(p)
+
+    # -- read ---------------------------------------------------------------------------------------
+    def verify(self, entry: Path) -> dict:
+        """The manifest if every listed file matches its checksum, else :class:`CorruptEntry`."""
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text())
+        except FileNotFoundError as e:
+            raise CorruptEntry(f"{entry}: no manifest (incomplete write)") from e
+        except (OSError, ValueError) as e:
+            raise CorruptEntry(f"{entry}: unreadable manifest: {e}") from e
+        files = manifest.get("files")
+        if not isinstance(files, dict) or not files:
+            raise CorruptEntry(f"{entry}: manifest lists no files")
+        for name, info in files.items():
+            try:
+                digest = sha256_file(entry / name)
+            except OSError as e:
+                raise CorruptEntry(f"{entry}: {name} unreadable: {e}") from e
+            if digest != info.get("sha256"):
+                raise CorruptEntry(f"{entry}: checksum mismatch in {name}")
+        return manifest
+
+    def lookup(self, key: str) -> tuple[Path, dict] | None:
+        """A verified entry, or None. Corrupt entries are quarantined and raise :class:`CorruptEntry`."""
+        entry = self.entry_dir(key)
+        if not entry.is_dir():
+            return None
+        self.check_entry_secure(key)
+        try:
+            return entry, self.verify(entry)
+        except CorruptEntry:
+            self.quarantine(entry)
+            raise
+
+    def touch_hit(self, entry: Path) -> None:
+        try:
+            fd = os.open(entry / HITS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, b".")
+            finally:
+                os.close(fd)
+        except OSError as e:  # a read-only shared cache still serves hits
+            log.debug("could not record hit in %s: %s", entry, e)
+
+    def quarantine(self, entry: Path) -> Path | None:
+        """Move a bad entry aside (kept for inspection) so it is never read again."""
+        qdir = self.root / "quarantine"
+        try:
+            _mkdir_private(qdir)
+            dest = qdir / f"{entry.name}-{int(time.time())}-{os.getpid()}"
+            os.rename(entry, dest)
+            return dest
+        except OSError as e:
+            log.debug("could not quarantine %s: %s; removing", entry, e)
+            _remove_tree(entry, self.vdir)
+            return None
+
+    # -- write --------------------------------------------------------------------------------------
+    def write(self, key: str, record: dict, sources: dict[str, str], meta: dict) -> Path:
+        """Build the entry in a temp dir beside it and publish it with one rename."""
+        for name in sources:
+            if not name or "/" in name or "\\" in name or name.startswith(".") or \
+                    name in (MANIFEST, RECORD, META, HITS):
+                raise ValueError(f"artifact source name {name!r} is not a plain file name")
+        parent = self.ensure_parent(key)
+        host = socket.gethostname().replace("-", "_")[:32]
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key[:16]}-{host}-{os.getpid()}-", dir=parent))
+        try:
+            files: dict[str, dict] = {}
+            payload = dict(sources)
+            payload[RECORD] = json.dumps(record, indent=1, sort_keys=True)
+            payload[META] = json.dumps(meta, indent=1, sort_keys=True, default=str)
+            for name, text in payload.items():
+                data = text.encode()
+                _write_file(tmp / name, data)
+                files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            manifest = {"schema": SCHEMA_VERSION, "key": key, "created": time.time(),
+                        "package_version": record.get("package", {}).get("version"), "files": files,
+                        "bytes": sum(f["size"] for f in files.values())}
+            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode(),
+                        sync=True)
+            entry = self.entry_dir(key)
+            try:
+                os.rename(tmp, entry)
+            except OSError:
+                if entry.is_dir():  # someone (lock-less writer, import) published first: keep theirs
+                    _remove_tree(tmp, parent)
+                    return entry
+                raise
+            return entry
+        except BaseException:
+            _remove_tree(tmp, parent)
+            raise
+
+    # -- housekeeping -------------------------------------------------------------------------------
+    def sweep_temps(self, max_age: float = STALE_TMP_SECONDS) -> int:
+        """Remove temp dirs left by crashed writers: older than ``max_age`` or whose pid is dead."""
+        removed = 0
+        if not self.vdir.is_dir():
+            return 0
+        me = socket.gethostname().replace("-", "_")[:32]
+        now = time.time()
+        for shard in _listdir(self.vdir):
+            for name in _listdir(shard):
+                if not name.name.startswith(TMP_PREFIX):
+                    continue
+                parts = name.name[len(TMP_PREFIX):].split("-")
+                dead = parts[0] == "rm"  # a removal interrupted half way
+                if len(parts) >= 3 and parts[1] == me and parts[2].isdigit():
+                    dead = not _pid_alive(int(parts[2]))
+                try:
+                    old = now - name.stat().st_mtime > max_age
+                except OSError:
+                    continue
+                if dead or old:
+                    _remove_tree(name, shard)
+                    removed += 1
+        return removed
+
+    def entries(self, all_versions: bool = False) -> Iterator[EntryInfo]:
+        """Every published entry (corrupt ones too: manifest None), without verifying checksums."""
+        vdirs = sorted(self.root.glob("v*")) if all_versions else [self.vdir]
+        for vdir in vdirs:
+            if not vdir.is_dir():
+                continue
+            for shard in sorted(_listdir(vdir)):
+                for entry in sorted(_listdir(shard)):
+                    if entry.name.startswith(".") or not entry.is_dir():
+                        continue
+                    yield self.info(entry)
+
+    def info(self, entry: Path) -> EntryInfo:
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = None
+        size = 0
+        newest = 0.0
+        for f in _listdir(entry):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            size += st.st_size
+            newest = max(newest, st.st_mtime)
+        created = (manifest or {}).get("created") or newest
+        try:
+            hst = (entry / HITS).stat()
+            hits, last = hst.st_size, hst.st_mtime
+        except OSError:
+            hits, last = 0, 0.0
+        return EntryInfo(key=entry.name, path=entry, manifest=manifest, size=size, created=created,
+                         last_used=max(last, created), hits=hits)
+
+    def remove(self, entry: Path) -> None:
+        """Delete atomically from a reader's view: rename away first, then delete."""
+        _remove_tree(entry, entry.parent)
+
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries())
+
+    def evict(self, max_bytes: int, keep: str | None = None) -> list[str]:
+        """Drop least-recently-used entries until the cache fits in ``max_bytes``."""
+        infos = list(self.entries())
+        total = sum(e.size for e in infos)
+        evicted: list[str] = []
+        if total <= max_bytes:
+            return evicted
+        for e in sorted(infos, key=lambda e: e.last_used):
+            if total <= max_bytes:
+                break
+            if e.key == keep:
+                continue
+            self.remove(e.path)
+            total -= e.size
+            evicted.append(e.key)
+        return evicted
+
+    def find(self, prefix: str) -> list[EntryInfo]:
+        return [e for e in self.entries() if e.key.startswith(prefix)]
+
+
+def _write_file(path: Path, data: bytes, sync: bool = False) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _listdir(p: Path) -> list[Path]:
+    try:
+        return list(p.iterdir())
+    except OSError:
+        return []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_tree(path: Path, parent: Path) -> None:
+    try:
+        doomed = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}rm-", dir=parent))
+        os.rename(path, doomed / "x")
+        shutil.rmtree(doomed, ignore_errors=True)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
