@@ -130,7 +130,8 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
 
     try:
         store.ensure_parent(key)
-        lock = FileLock(str(store.lock_path(key)), timeout=cfg.cache_lock_timeout)
+        lock = FileLock(str(store.lock_path(key)), timeout=cfg.cache_lock_timeout,
+                        preserve_lock_file=True)
         lock.acquire()
     except Timeout:
         return _bypass("lock_timeout", root, f"timed out after {cfg.cache_lock_timeout}s waiting "

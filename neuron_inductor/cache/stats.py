@@ -71,7 +71,7 @@ def persist(root: Path, deltas: dict[str, float]) -> None:
         version = package_fingerprint()["version"]
         path = Path(root) / STATS_FILE
         try:
-            with FileLock(str(path) + ".lock", timeout=5):
+            with FileLock(str(path) + ".lock", timeout=5, preserve_lock_file=True):
                 data = read_persisted(root)
                 bucket = data.setdefault(version, {})
                 for name, n in deltas.items():
