@@ -1,0 +1,71 @@
+"""Hardware dtypes on numpy.
+
+NKI dtypes are plain ``numpy.dtype`` objects here (bf16 from ``ml_dtypes``), so tiles keep their real
+storage precision.  Engines compute in fp32 and cast on write (:func:`cast_to`); float -> int casts
+truncate toward zero and saturate (NaN -> 0), a documented choice of this simulator.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+float32 = np.dtype(np.float32)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16 = np.dtype(np.float16)
+int32 = np.dtype(np.int32)
+uint32 = np.dtype(np.uint32)
+int16 = np.dtype(np.int16)
+uint16 = np.dtype(np.uint16)
+int8 = np.dtype(np.int8)
+uint8 = np.dtype(np.uint8)
+
+FLOATS = frozenset({float32, bfloat16, float16})
+INTS = frozenset({int32, uint32, int16, uint16, int8, uint8})
+SUPPORTED = FLOATS | INTS
+
+NAMES = {float32: "float32", bfloat16: "bfloat16", float16: "float16", int32: "int32",
+         uint32: "uint32", int16: "int16", uint16: "uint16", int8: "int8", uint8: "uint8"}
+
+
+def normalize(dtype: Any) -> np.dtype | None:
+    """A supported dtype, or None when the hardware has no such type (64-bit, complex, ...)."""
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        return None
+    if d == np.bool_:
+        return uint8
+    return d if d in SUPPORTED else None
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype in FLOATS
+
+
+def fill_value(dtype: np.dtype) -> Any:
+    """What a fresh allocation holds: NaN for floats; for ints the dtype's maximum, which is both
+    visible in a dump and out of bounds when used as a gather index."""
+    return np.nan if dtype in FLOATS else np.iinfo(dtype).max
+
+
+def to_f32(a: np.ndarray) -> np.ndarray:
+    """Operand as the fp32 the engines compute in."""
+    return a.astype(np.float32, copy=False) if a.dtype != float32 else a
+
+
+def cast_to(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast computed values to the destination dtype the way a write port would."""
+    if values.dtype == dtype:
+        return values
+    if dtype in FLOATS:
+        with np.errstate(all="ignore"):
+            return values.astype(dtype)
+    info = np.iinfo(dtype)
+    if values.dtype.kind in "iu":
+        return np.clip(values, info.min, info.max).astype(dtype)
+    with np.errstate(all="ignore"):
+        v = np.trunc(values.astype(np.float64))
+        v = np.nan_to_num(v, nan=0.0, posinf=info.max, neginf=info.min)
+        return np.clip(v, info.min, info.max).astype(dtype)
