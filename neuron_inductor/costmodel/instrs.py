@@ -1,0 +1,218 @@
+"""Per-instruction costs: what one ``Instr`` or ``Dma`` occupies and how long until its result is ready.
+
+Every number here is a documented hardware figure (../shared/docs/nki.md §4.1 cost column, §5.2-§5.4),
+never a value fitted to a particular kernel. Rates and bandwidths come from the ``Target``; the
+micro-architectural constants below are the same on NeuronCore-v2 and -v3 per the public docs.
+
+A cost is split in two because engines run concurrently:
+* ``busy`` — seconds each *resource* is occupied (an engine, the shared DMA engine pool, or the
+  in-order DMA queue of one ``Dma`` statement); throughput bounds come from summing these;
+* ``latency`` — seconds from issue until the result can be consumed; critical paths come from these.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import sympy
+
+from ..ir.nodes import DTYPE_BYTES, Dma, HBMAccess, Instr, TileRegion
+from ..target import Target
+
+# --- documented constants --------------------------------------------------------------------------
+#: minimum initiation interval of an engine instruction, cycles (nki.md §4.1 header: "MIN_II ≈ 64")
+MIN_II = 64
+#: fixed SBUF/PSUM access overhead of one Vector/Scalar/GpSimd instruction, cycles (§5.3, [A1]
+#: "~60 cycles per tensor access"). Operands of one instruction stream in parallel, so we charge it
+#: once per instruction, not once per operand.
+ACCESS_OVERHEAD = 60
+#: GpSimd instruction start cost, cycles (§4.1 iota/affine_select "150 + N", §5.3 "GpSimd start ~150")
+GPSIMD_START = 150
+#: fp32 (and fp32-paired) matmuls run at a quarter of the bf16 rate (§4.1 nc_matmul, §5.3)
+FP32_MATMUL_FACTOR = 4
+#: LoadStationary is up to 4x faster than a matmul of the same free size and runs in the
+#: background of the previous matmul (§5.3, [A1]); it only shows when it is longer than the matmul
+LOAD_STATIONARY_SPEEDUP = 4
+#: DMA descriptor overhead, expressed as the bytes an engine could have moved in the same time.
+#: Derived from the §5.4 efficiency rule: with 1 KiB of overhead per contiguous chunk, a 256 B chunk
+#: runs at 20% ("<256 B per partition is overhead-bound"), 2 KiB at 67% ("≥2 KiB recommended
+#: minimum"), 4 KiB at 80% and 64 KiB at 98% ("≥4 KiB saturates").
+DMA_DESCRIPTOR_OVERHEAD_BYTES = 1024
+
+#: ALU ops that VectorE runs at one element per cycle on all-bf16 contiguous SBUF inputs (§4.1)
+_FAST_BF16_OPS = frozenset({"add", "subtract", "multiply"})
+
+Evaluator = Callable[[object], int]
+
+
+@dataclass
+class Cost:
+    """The cost of one statement execution."""
+
+    latency: float
+    busy: dict[str, float] = field(default_factory=dict)
+    flops: float = 0.0
+    matmul_flops: float = 0.0
+    hbm_bytes: float = 0.0
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _region_sizes(r: TileRegion, ev: Evaluator) -> tuple[int, ...]:
+    return tuple(max(0, ev(s)) for s in r.sizes)
+
+
+def _free(r: TileRegion, ev: Evaluator) -> tuple[int, int]:
+    """(partitions, free elements per partition) of a region."""
+    sizes = _region_sizes(r, ev)
+    return sizes[0], _prod(sizes[1:])
+
+
+def _tiles(instr: Instr) -> list[TileRegion]:
+    return [v for v in instr.srcs.values() if isinstance(v, TileRegion)]
+
+
+def _clock(target: Target, engine: str) -> float:
+    return {"tensor": target.tensor_clock_hz, "vector": target.vector_clock_hz,
+            "scalar": target.scalar_clock_hz, "gpsimd": target.gpsimd_clock_hz}[engine]
+
+
+def instr_cycles(instr: Instr, ev: Evaluator) -> tuple[int, int, int]:
+    """(engine cycles, elements processed, matmul MACs) of one instruction, per the §4.1 cost column."""
+    op = instr.op
+    parts, n_dst = _free(instr.dst, ev)
+    srcs = _tiles(instr)
+    n_src = max([_free(s, ev)[1] for s in srcs] or [n_dst])
+    n = max(n_dst, n_src)
+    if op == "nc_matmul":
+        stat, mov = instr.srcs["stationary"], instr.srcs["moving"]
+        k, m = _free(stat, ev)
+        _, nmov = _free(mov, ev)
+        factor = FP32_MATMUL_FACTOR if "float32" in (stat.dtype, mov.dtype) else 1
+        # initiation interval max(min(64, N_stat), N_moving) per 128-row pass (K <= 128: one pass)
+        mm = max(min(MIN_II, m), nmov, MIN_II) * factor
+        load_stationary = math.ceil(m * factor / LOAD_STATIONARY_SPEEDUP)
+        return max(mm, load_stationary), 0, k * m * nmov
+    if op == "nc_transpose":
+        p, f = _free(instr.srcs["data"], ev)
+        if instr.engine == "tensor":
+            return max(p, min(MIN_II, f)), 0, 0
+        return max(MIN_II, f) + ACCESS_OVERHEAD, p * f, 0
+    elems = parts * n
+    if instr.engine == "gpsimd":
+        # every GpSimd instruction pays its start cost (§4.1 iota/affine_select, §5.3)
+        return GPSIMD_START + n, elems, 0
+    if op == "activation":
+        extra = MIN_II if instr.attrs.get("reduce_op") or instr.srcs.get("reduce_res") is not None else 0
+        return max(MIN_II, n) + extra + ACCESS_OVERHEAD, elems, 0
+    if op == "tensor_tensor":
+        a, b = instr.srcs["data1"], instr.srcs["data2"]
+        mems = {a.memory, b.memory}
+        all_bf16 = a.dtype == b.dtype == instr.dst.dtype == "bfloat16" and mems == {"sbuf"}
+        one_pass = mems == {"sbuf", "psum"} or (all_bf16 and instr.attrs.get("op") in _FAST_BF16_OPS)
+        cyc = n if one_pass else 2 * n
+        return max(MIN_II, cyc) + ACCESS_OVERHEAD, elems, 0
+    if op == "tensor_reduce":
+        data = instr.srcs["data"]
+        half = (data.dtype == instr.dst.dtype == "bfloat16" and instr.attrs.get("op") in ("add", "maximum"))
+        return (n // 2 if half else n) + ACCESS_OVERHEAD, elems, 0
+    if op == "tensor_copy_predicated":
+        mems = {instr.dst.memory} | {s.memory for s in srcs}
+        cyc = n if mems == {"sbuf", "psum"} else 2 * n
+        return cyc + ACCESS_OVERHEAD, elems, 0
+    if op == "memset":
+        zero_half = instr.dst.dtype in ("bfloat16", "float16") and instr.srcs.get("value", instr.attrs.get("value")) in (0, 0.0)
+        return max(MIN_II, n // 2 if zero_half else n) + ACCESS_OVERHEAD, elems, 0
+    # tensor_scalar, tensor_copy and the rest: max(MIN_II, N)
+    return max(MIN_II, n) + ACCESS_OVERHEAD, elems, 0
+
+
+def instr_cost(instr: Instr, target: Target, ev: Evaluator) -> Cost:
+    cycles, elems, macs = instr_cycles(instr, ev)
+    seconds = cycles / _clock(target, instr.engine)
+    return Cost(latency=seconds, busy={instr.engine: seconds},
+                flops=2.0 * macs + elems, matmul_flops=2.0 * macs)
+
+
+# --- DMA -----------------------------------------------------------------------------------------
+def _hbm_run(acc: HBMAccess, ev: Evaluator) -> int:
+    """Elements per contiguous chunk of one partition's part of an HBM access pattern.
+    Innermost stride != 1 (or a broadcast / gather per element) means one descriptor per element."""
+    if acc.indirect is not None and len(acc.pattern) == 1:
+        return 1
+    run = 1
+    for stride, count in reversed(acc.pattern[1:]):
+        s, c = ev(stride), ev(count)
+        if c == 1:
+            continue
+        if s == run:
+            run *= c
+        else:
+            break
+    return run
+
+
+def _sbuf_run(r: TileRegion, ev: Evaluator) -> int:
+    """Elements per contiguous chunk within one partition of a tile region."""
+    sizes = _region_sizes(r, ev)
+    run = 1
+    for size, full in zip(reversed(sizes[1:]), reversed(r.tile.shape[1:])):
+        run *= size
+        if size != full:
+            break
+    return run
+
+
+def dma_cost(dma: Dma, target: Target, ev: Evaluator, queue: str) -> Cost:
+    """A DMA transfer split over the engines serving its partitions (§5.4).
+
+    * engines used: each engine serves ``partitions / dma_engines`` SBUF partitions (8 of 128);
+    * data time: bytes / (engines used x per-engine bandwidth), inflated by the descriptor overhead of
+      each contiguous chunk (the ≥2 KiB-per-partition rule), never faster than the HBM bandwidth of one
+      NeuronCore;
+    * the fixed ~1.3 us per transfer (§5.3 "DMA fixed overhead") is latency, and it bounds the rate of
+      the transfer's own queue: queues are in order (§5.4), and we give each ``Dma`` statement its own
+      queue, so one statement issues at most one transfer per fixed cost while its data moves.
+    """
+    hbm = dma.src if dma.is_load else dma.dst
+    tile = dma.dst if dma.is_load else dma.src
+    assert isinstance(hbm, HBMAccess) and isinstance(tile, TileRegion)
+    numel = _prod(max(0, ev(c)) for _, c in hbm.pattern)
+    nbytes = numel * DTYPE_BYTES[hbm.dtype]
+    sbuf_bytes = numel * DTYPE_BYTES[tile.dtype]
+    moved = max(nbytes, sbuf_bytes)
+    parts = max(1, ev(tile.sizes[0]))
+    per_engine_parts = max(1, target.partitions // target.dma_engines)
+    engines = min(target.dma_engines, math.ceil(parts / per_engine_parts))
+    elem = max(DTYPE_BYTES[hbm.dtype], DTYPE_BYTES[tile.dtype])
+    per_partition = moved / parts if parts else 0
+    chunk = min(_hbm_run(hbm, ev), _sbuf_run(tile, ev)) * elem
+    chunk = max(elem, min(chunk, per_partition)) if moved else elem
+    efficiency = chunk / (chunk + DMA_DESCRIPTOR_OVERHEAD_BYTES)
+    data = moved / (engines * target.dma_engine_bytes_per_s * efficiency) if moved else 0.0
+    data = max(data, nbytes / target.hbm_bytes_per_s)
+    pool = data * engines / target.dma_engines
+    return Cost(latency=target.dma_fixed_s + data,
+                busy={"dma": pool, queue: max(target.dma_fixed_s, data)},
+                hbm_bytes=float(nbytes))
+
+
+def make_evaluator(env: dict[sympy.Symbol, int]) -> Evaluator:
+    """Evaluate a (possibly sympy) size at fixed loop-variable values; sizes never go negative."""
+    def ev(x) -> int:
+        if isinstance(x, (int, bool)):
+            return int(x)
+        if isinstance(x, float):
+            return int(x)
+        v = sympy.sympify(x).subs(env)
+        if not v.is_number:
+            # a variable we do not know (should not happen inside a well-formed kernel): assume 0
+            v = v.subs({s: 0 for s in v.free_symbols})
+        return int(v)
+    return ev

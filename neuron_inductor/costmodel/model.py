@@ -1,0 +1,281 @@
+"""Static timing model of a tile-IR ``Kernel`` on a Trainium NeuronCore.
+
+Why static: the shapes we care about (a [4096, 8192] @ [8192, 8192] GEMM issues ~100k instructions
+and DMAs) are far too big to simulate, and a kernel's loop bodies are almost always identical from
+one iteration to the next. So the model summarises each statement list once and composes summaries:
+
+* an ``Instr`` / ``Dma`` costs what instrs.py says (busy seconds per resource, latency);
+* a statement list (loop body) is scheduled in program order: a statement starts when the tiles it
+  needs are ready (RAW through tiles, WAR/WAW conservatively), engines run concurrently, and the
+  list takes max(critical path, busiest resource) — the classic list-scheduling bound;
+* an ``affine`` loop is software-pipelined: ``latency(body) + (E-1) * II`` where the initiation
+  interval II is the busiest resource of one iteration, or ``latency / depth`` when only ``depth``
+  iterations fit in PSUM (each in-flight iteration holds its PSUM banks; SBUF is not a limit because
+  the Neuron compiler allocates SBUF per tile, not per declared block);
+* a ``sequential`` loop never overlaps iterations: ``E * latency(body)``.
+
+Loop bodies whose sizes depend on the loop variable (ragged last tiles) are summarised twice, at the
+first and the last iteration, and combined as (E-1) x first + last — exact for the usual shape where
+only the last tile is ragged.
+
+A compound statement (a whole loop) also records, per outside tile, how long after its start it first
+needs that tile, so a loop of matmuls may start before the loads it only needs later have finished.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import sympy
+
+from ..ir.nodes import Alloc, Dma, HBMAccess, Instr, Kernel, Loop, Stmt, Tile, TileRegion
+from ..target import Target
+from .instrs import Cost, dma_cost, instr_cost, make_evaluator
+
+COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+ENGINES = COMPUTE_ENGINES + ("dma",)
+
+
+@dataclass
+class Summary:
+    """What a statement (list) costs when started at t=0 with every outside tile ready."""
+
+    latency: float = 0.0
+    busy: dict[str, float] = field(default_factory=dict)
+    #: outside tile -> seconds after start when it is first touched
+    need: dict[Tile, float] = field(default_factory=dict)
+    reads: set[Tile] = field(default_factory=set)
+    writes: set[Tile] = field(default_factory=set)
+    flops: float = 0.0
+    matmul_flops: float = 0.0
+    hbm_bytes: float = 0.0
+    counts: dict[str, float] = field(default_factory=dict)
+    psum_bytes: int = 0  # PSUM bytes per partition allocated inside (one iteration)
+
+    def add_totals(self, other: "Summary", times: float = 1.0) -> None:
+        for r, b in other.busy.items():
+            self.busy[r] = self.busy.get(r, 0.0) + b * times
+        for k, c in other.counts.items():
+            self.counts[k] = self.counts.get(k, 0.0) + c * times
+        self.flops += other.flops * times
+        self.matmul_flops += other.matmul_flops * times
+        self.hbm_bytes += other.hbm_bytes * times
+
+    @property
+    def bottleneck(self) -> float:
+        return max(self.busy.values(), default=0.0)
+
+
+def _operands(s: Instr | Dma) -> tuple[set[Tile], set[Tile]]:
+    """(tiles read, tiles written) by one instruction or DMA."""
+    reads: set[Tile] = set()
+    writes: set[Tile] = set()
+    if isinstance(s, Dma):
+        for side, is_dst in ((s.src, False), (s.dst, True)):
+            if isinstance(side, TileRegion):
+                (writes if is_dst else reads).add(side.tile)
+            elif isinstance(side, HBMAccess) and side.indirect is not None:
+                reads.add(side.indirect.tile)
+        return reads, writes
+    writes.add(s.dst.tile)
+    for v in s.srcs.values():
+        if isinstance(v, TileRegion):
+            reads.add(v.tile)
+    if s.op == "nc_matmul" and s.attrs.get("accumulate") not in (None, False, 0):
+        reads.add(s.dst.tile)  # += into PSUM
+    return reads, writes
+
+
+def _free_symbols(stmts: list[Stmt]) -> set[sympy.Symbol]:
+    """Symbols that size anything inside (offsets do not change cost, sizes and strides do)."""
+    syms: set[sympy.Symbol] = set()
+
+    def add(x) -> None:
+        if isinstance(x, sympy.Basic):
+            syms.update(x.free_symbols)
+
+    def region(r) -> None:
+        if isinstance(r, TileRegion):
+            for s in r.sizes:
+                add(s)
+        elif isinstance(r, HBMAccess):
+            for st, c in r.pattern:
+                add(st)
+                add(c)
+
+    for s in stmts:
+        if isinstance(s, Loop):
+            syms |= _free_symbols(s.body) - {s.var}
+        elif isinstance(s, Dma):
+            region(s.src)
+            region(s.dst)
+        elif isinstance(s, Instr):
+            region(s.dst)
+            for v in s.srcs.values():
+                region(v)
+    return syms
+
+
+class _Walker:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._queues: dict[int, str] = {}
+        self._deps: dict[int, set[sympy.Symbol]] = {}
+
+    def queue(self, dma: Dma) -> str:
+        return self._queues.setdefault(id(dma), f"dmaq{len(self._queues)}")
+
+    # -- leaves --------------------------------------------------------------------------------
+    def leaf(self, s: Instr | Dma, env: dict) -> Summary:
+        ev = make_evaluator(env)
+        c: Cost = dma_cost(s, self.target, ev, self.queue(s)) if isinstance(s, Dma) \
+            else instr_cost(s, self.target, ev)
+        reads, writes = _operands(s)
+        key = "dma" if isinstance(s, Dma) else s.engine
+        return Summary(latency=c.latency, busy=dict(c.busy), need={t: 0.0 for t in reads | writes},
+                       reads=reads, writes=writes, flops=c.flops, matmul_flops=c.matmul_flops,
+                       hbm_bytes=c.hbm_bytes, counts={key: 1.0})
+
+    # -- statement lists -----------------------------------------------------------------------
+    def body(self, stmts: list[Stmt], env: dict) -> Summary:
+        out = Summary()
+        local: set[Tile] = set()
+        write_done: dict[Tile, float] = {}
+        read_done: dict[Tile, float] = {}
+        finish = 0.0
+        for s in stmts:
+            if isinstance(s, Alloc):
+                local.add(s.tile)
+                write_done.pop(s.tile, None)
+                read_done.pop(s.tile, None)
+                if s.tile.memory == "psum":  # PSUM is handed out in whole banks
+                    bank = self.target.psum_bank_bytes
+                    out.psum_bytes += -(-s.tile.bytes_per_partition // bank) * bank
+                continue
+            sm = self.loop(s, env) if isinstance(s, Loop) else self.leaf(s, env)
+            start = 0.0
+            for t in sm.reads:
+                if t in write_done:  # RAW: start so that t is ready when first needed
+                    start = max(start, write_done[t] - sm.need.get(t, 0.0))
+            for t in sm.writes:      # WAR / WAW: conservatively before starting at all
+                start = max(start, write_done.get(t, 0.0), read_done.get(t, 0.0))
+            end = start + sm.latency
+            finish = max(finish, end)
+            for t in sm.writes:
+                write_done[t] = end
+            for t in sm.reads:
+                read_done[t] = max(read_done.get(t, 0.0), end)
+            for t, n in sm.need.items():
+                if t not in local:
+                    out.need[t] = min(out.need.get(t, start + n), start + n)
+            out.reads |= sm.reads - local
+            out.writes |= sm.writes - local
+            out.add_totals(sm)
+            out.psum_bytes += sm.psum_bytes
+        out.latency = max(finish, out.bottleneck)
+        return out
+
+    # -- loops -----------------------------------------------------------------------------------
+    def loop(self, loop: Loop, env: dict) -> Summary:
+        E = loop.extent
+        if E <= 0:
+            return Summary()
+        deps = self._deps.get(id(loop))
+        if deps is None:
+            deps = self._deps[id(loop)] = _free_symbols(loop.body)
+        first = self.body(loop.body, {**env, loop.var: 0})
+        last = self.body(loop.body, {**env, loop.var: E - 1}) if (E > 1 and loop.var in deps) else first
+        out = Summary(need=dict(first.need), reads=set(first.reads) | last.reads,
+                      writes=set(first.writes) | last.writes, psum_bytes=first.psum_bytes)
+        out.add_totals(first, E - 1)
+        out.add_totals(last, 1)
+        if loop.kind == "sequential" or E == 1:
+            out.latency = first.latency * (E - 1) + last.latency
+        else:
+            ii = first.bottleneck
+            if first.psum_bytes:
+                depth = max(1, self.target.psum_bytes_per_partition // max(1, first.psum_bytes))
+                ii = max(ii, first.latency / depth)
+            out.latency = max(first.latency, last.latency) + (E - 1) * ii
+        out.latency = max(out.latency, out.bottleneck)
+        return out
+
+
+# --- results -----------------------------------------------------------------------------------
+@dataclass
+class KernelCost:
+    """The model's verdict on one kernel."""
+
+    name: str
+    target: str
+    seconds: float
+    bound: str                       # "compute", "memory" or "overhead"
+    utilization: dict[str, float]    # engine -> busy fraction of ``seconds`` (<= 1)
+    busy_s: dict[str, float]         # engine -> busy seconds
+    flops: float
+    matmul_flops: float
+    hbm_bytes: float
+    counts: dict[str, int]           # engine -> instructions (dma: transfers)
+    peak_flops: float
+
+    @property
+    def mfu(self) -> float:
+        """Matmul FLOPs over the TensorE peak in the modelled time (the tutorial's "HFU")."""
+        return self.matmul_flops / (self.seconds * self.peak_flops) if self.seconds > 0 else 0.0
+
+
+@dataclass
+class ProgramCost:
+    kernels: list[KernelCost]
+    seconds: float
+    flops: float
+    matmul_flops: float
+    hbm_bytes: float
+    #: the kernels that make up most of the time, slowest first
+    critical: list[KernelCost]
+
+
+def _bound(seconds: float, busy: dict[str, float], queue: float) -> str:
+    """What limits the kernel: ``compute`` (an engine), ``memory`` (moving bytes through the DMA
+    engines) or ``overhead`` (fixed per-transfer DMA costs of one queue, or dependency latency: no
+    resource is busy for even half of the time)."""
+    compute = max((busy.get(e, 0.0) for e in COMPUTE_ENGINES), default=0.0)
+    memory = busy.get("dma", 0.0)
+    top = max(compute, memory, queue)
+    if top < 0.5 * seconds or (queue > compute and queue > memory):
+        return "overhead"
+    return "compute" if compute >= memory else "memory"
+
+
+def estimate_kernel(kernel: Kernel, target: Target) -> KernelCost:
+    """Estimated time and resource use of one kernel on one NeuronCore of ``target``."""
+    sm = _Walker(target).body(kernel.body, {})
+    seconds = sm.latency
+    busy = {e: sm.busy.get(e, 0.0) for e in ENGINES}
+    util = {e: (min(1.0, b / seconds) if seconds > 0 else 0.0) for e, b in busy.items()}
+    counts = {e: int(round(sm.counts.get(e, 0.0))) for e in ENGINES}
+    queue = max((b for r, b in sm.busy.items() if r.startswith("dmaq")), default=0.0)
+    return KernelCost(name=kernel.name, target=target.name, seconds=seconds,
+                      bound=_bound(seconds, busy, queue), utilization=util, busy_s=busy, flops=sm.flops,
+                      matmul_flops=sm.matmul_flops, hbm_bytes=sm.hbm_bytes, counts=counts,
+                      peak_flops=target.peak_bf16_flops)
+
+
+def estimate_program(kernels: Iterable[Kernel], target: Target, critical_share: float = 0.8,
+                     max_critical: int = 5) -> ProgramCost:
+    """Kernels run one after another on one NeuronCore: the program time is their sum. The critical
+    kernels are the slowest ones that together make up ``critical_share`` of it."""
+    if hasattr(kernels, "kernels"):  # a host Program
+        kernels = kernels.kernels  # type: ignore[attr-defined]
+    costs = [estimate_kernel(k, target) for k in kernels]
+    total = sum(c.seconds for c in costs)
+    critical: list[KernelCost] = []
+    acc = 0.0
+    for c in sorted(costs, key=lambda c: -c.seconds):
+        if acc >= critical_share * total or len(critical) >= max_critical:
+            break
+        critical.append(c)
+        acc += c.seconds
+    return ProgramCost(kernels=costs, seconds=total, flops=sum(c.flops for c in costs),
+                       matmul_flops=sum(c.matmul_flops for c in costs),
+                       hbm_bytes=sum(c.hbm_bytes for c in costs), critical=critical)
