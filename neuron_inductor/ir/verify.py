@@ -1,0 +1,370 @@
+"""Static checks of tile IR against a ``Target``.
+
+Runs after lowering and after every IR pass, so a bad kernel is refused with a message naming the
+kernel, the statement and the rule, long before the simulator or the hardware compiler would fail on
+it (or silently produce garbage). Each rule has a short id (``IRVerificationError.rule``) that tests
+and logs can match on.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable
+
+import numpy as np
+import sympy
+
+from ..target import Target
+from .nodes import DTYPE_BYTES, MEMORIES, OPCODES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
+from .printer import format_stmt
+from .program import Empty, Fallback, KernelCall, Program, Ref, View
+
+RULES = (
+    "partition-limit", "tile-rank", "psum-bank-size", "psum-banks", "sbuf-capacity", "engine-memory",
+    "dma-memory", "hbm-operand", "reduce-axis", "matmul-limits", "transpose-limits", "output-written",
+    "readonly-param", "alloc-before-use", "loop-var-scope", "dma-shape", "region-bounds", "hbm-bounds",
+    "unique-names", "unknown-hbm", "host-names",
+)
+
+
+class IRVerificationError(ValueError):
+    """A kernel (or host program) breaks a hardware or structural rule."""
+
+    def __init__(self, kernel: str, rule: str, detail: str, stmt: str = "") -> None:
+        self.kernel, self.rule, self.detail, self.stmt = kernel, rule, detail, stmt
+        at = f"\n    at: {stmt}" if stmt else ""
+        super().__init__(f"kernel {kernel}: [{rule}] {detail}{at}")
+
+
+#: largest loop-index grid the verifier enumerates to get exact ranges of index expressions
+GRID_LIMIT = 1 << 20
+
+
+def _bounds(e: Any, ranges: dict) -> tuple[int, int] | None:
+    """Exact (min, max) of ``e`` over the loop ranges, or None when it cannot be computed cheaply.
+
+    Exact, not interval arithmetic: ragged sizes such as ``min(128, 300 - 128*i)`` are correlated with
+    the offsets they accompany, and only an exact range proves a violation without false alarms.
+    """
+    from ..codegen.exprs import ExprError, pyexpr
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return (int(e), int(e))
+    syms = sorted(e.free_symbols, key=str)
+    if any(v not in ranges for v in syms):
+        return None
+    points = 1
+    for v in syms:
+        points *= ranges[v][1] - ranges[v][0] + 1
+    if points > GRID_LIMIT:
+        return None
+    try:
+        text = pyexpr(e)
+    except ExprError:
+        return None
+    grids = np.meshgrid(*[np.arange(ranges[v][0], ranges[v][1] + 1, dtype=np.int64) for v in syms],
+                        indexing="ij")
+    env = {v.name: g for v, g in zip(syms, grids)}
+    env.update(min=lambda *a: functools.reduce(np.minimum, a), max=lambda *a: functools.reduce(np.maximum, a))
+    vals = np.asarray(eval(text, {"__builtins__": {}}, env))  # noqa: S307 - our own printed int expression
+    return (int(vals.min()), int(vals.max()))
+
+
+def _is_int(e: Any) -> bool:
+    return (isinstance(e, int) and not isinstance(e, bool)) or (isinstance(e, sympy.Basic) and e.is_Integer)
+
+
+def _syms(e: Any) -> set:
+    return set(e.free_symbols) if isinstance(e, sympy.Basic) else set()
+
+
+class _KernelVerifier:
+    def __init__(self, k: Kernel, target: Target) -> None:
+        self.k, self.t = k, target
+        self.written: set[int] = set()
+        self.names: dict[str, object] = {}
+        self.hbm = {id(h): h for h in list(k.params) + list(k.outputs)}
+
+    def fail(self, rule: str, detail: str, stmt: Stmt | None = None, ranges: dict | None = None) -> None:
+        text = format_stmt(stmt, ranges) if stmt is not None else ""
+        raise IRVerificationError(self.k.name, rule, detail, text)
+
+    # ------------------------------------------------------------------ entry
+    def run(self) -> None:
+        for h in list(self.k.params) + list(self.k.outputs):
+            self.name(h.name, h, None)
+        for o in self.k.outputs:
+            if o.kind != "output":
+                self.fail("unique-names", f"{o.name} is listed as an output but has kind {o.kind!r}")
+        self.block(self.k.body, (), set(), {})
+        for h in self.k.returned:
+            if id(h) not in self.written:
+                self.fail("output-written", f"{h.kind} tensor {h.name} is never the destination of a DMA")
+        self.capacity()
+
+    def name(self, name: str, obj: object, stmt: Stmt | None) -> None:
+        prev = self.names.setdefault(name, obj)
+        if prev is not obj:
+            self.fail("unique-names", f"name {name!r} is used for two different tensors/tiles", stmt)
+
+    # ------------------------------------------------------------------ walk
+    def block(self, stmts: list[Stmt], loops: tuple[Loop, ...], visible: set[int], ranges: dict) -> None:
+        visible = set(visible)  # tiles allocated in this body die with it
+        for s in stmts:
+            if isinstance(s, Loop):
+                if any(l.var == s.var for l in loops):
+                    self.fail("loop-var-scope", f"loop variable {s.var} shadows an enclosing loop", s, ranges)
+                self.name(str(s.var), s.var, s)
+                inner = {**ranges, s.var: (0, max(s.extent - 1, 0))}
+                self.block(s.body, loops + (s,), visible, inner)
+            elif isinstance(s, Alloc):
+                self.alloc(s, ranges)
+                visible.add(id(s.tile))
+            elif isinstance(s, Dma):
+                self.dma(s, loops, visible, ranges)
+            elif isinstance(s, Instr):
+                self.instr(s, loops, visible, ranges)
+            else:
+                self.fail("unique-names", f"unknown statement type {type(s).__name__}")
+
+    def alloc(self, s: Alloc, ranges: dict) -> None:
+        t = s.tile
+        self.name(t.name, t, s)
+        if len(t.shape) < 2:
+            self.fail("tile-rank", f"tile {t.name} has rank {len(t.shape)}; on-chip tiles are >= 2-D", s, ranges)
+        if t.memory not in MEMORIES or t.dtype not in DTYPE_BYTES:
+            self.fail("engine-memory", f"tile {t.name}: bad memory/dtype {t.memory}/{t.dtype}", s, ranges)
+        if not 1 <= t.shape[0] <= self.t.partitions:
+            self.fail("partition-limit", f"tile {t.name} has {t.shape[0]} partitions "
+                      f"(limit {self.t.partitions} on {self.t.name})", s, ranges)
+        if t.memory == "psum" and t.bytes_per_partition > self.t.psum_bank_bytes:
+            self.fail("psum-bank-size", f"PSUM tile {t.name} needs {t.bytes_per_partition} B per partition; "
+                      f"one bank holds {self.t.psum_bank_bytes} B", s, ranges)
+
+    # ------------------------------------------------------------------ operands
+    def check_syms(self, exprs: Iterable[Any], loops: tuple[Loop, ...], s: Stmt, ranges: dict) -> None:
+        live = {l.var for l in loops}
+        for e in exprs:
+            stray = _syms(e) - live
+            if stray:
+                self.fail("loop-var-scope", f"{sorted(map(str, stray))} used outside their loop", s, ranges)
+
+    def region(self, r: TileRegion, loops, visible: set[int], s: Stmt, ranges: dict) -> None:
+        t = r.tile
+        if id(t) not in visible:
+            self.fail("alloc-before-use", f"tile {t.name} is used before (or outside the scope of) its Alloc",
+                      s, ranges)
+        if len(r.starts) != len(t.shape) or len(r.sizes) != len(t.shape):
+            self.fail("tile-rank", f"region of {t.name} has rank {len(r.sizes)}, tile has {len(t.shape)}",
+                      s, ranges)
+        self.check_syms(list(r.starts) + list(r.sizes), loops, s, ranges)
+        for d, (st, sz, dim) in enumerate(zip(r.starts, r.sizes, t.shape)):
+            lo = _bounds(st, ranges)
+            hi = _bounds(sympy.sympify(st) + sympy.sympify(sz), ranges)
+            szb = _bounds(sz, ranges)
+            if (lo is not None and lo[0] < 0) or (hi is not None and hi[1] > dim) or \
+                    (szb is not None and szb[0] < 1):
+                self.fail("region-bounds", f"region of {t.name} axis {d} may leave [0, {dim}) "
+                          f"(start {st}, size {sz})", s, ranges)
+
+    def access(self, a: HBMAccess, loops, visible: set[int], s: Stmt, ranges: dict) -> None:
+        if id(a.tensor) not in self.hbm:
+            self.fail("unknown-hbm", f"HBM tensor {a.tensor.name} is neither a parameter nor an output", s, ranges)
+        exprs = [a.offset] + [x for pair in a.pattern for x in pair]
+        self.check_syms(exprs, loops, s, ranges)
+        if a.indirect is not None:
+            self.region(a.indirect, loops, visible, s, ranges)
+            if a.indirect.memory != "sbuf" or a.indirect.dtype != "int32":
+                self.fail("dma-memory", "indirect offsets must be an int32 SBUF tile", s, ranges)
+        first, last = sympy.sympify(a.offset), sympy.sympify(a.offset)
+        for i, (st, cnt) in enumerate(a.pattern):
+            if i == 0 and a.indirect is not None:
+                continue  # the row comes from the index tile, checked by the simulator at run time
+            span = (sympy.sympify(cnt) - 1) * st
+            first, last = first + sympy.Min(span, 0), last + sympy.Max(span, 0)
+        lo, hi = _bounds(first, ranges), _bounds(last, ranges)
+        if (lo is not None and lo[0] < 0) or (hi is not None and hi[1] >= a.tensor.numel):
+            self.fail("hbm-bounds", f"access of {a.tensor.name} reaches elements "
+                      f"[{lo[0] if lo else '?'}, {hi[1] if hi else '?'}] outside [0, {a.tensor.numel})",
+                      s, ranges)
+
+    # ------------------------------------------------------------------ statements
+    def dma(self, s: Dma, loops, visible: set[int], ranges: dict) -> None:
+        sides = (s.dst, s.src)
+        hbm = [x for x in sides if isinstance(x, HBMAccess)]
+        tiles = [x for x in sides if isinstance(x, TileRegion)]
+        if len(hbm) != 1 or len(tiles) != 1:
+            self.fail("dma-memory", "a DMA moves HBM <-> SBUF: exactly one side must be an HBM access", s, ranges)
+        a, r = hbm[0], tiles[0]
+        self.access(a, loops, visible, s, ranges)
+        self.region(r, loops, visible, s, ranges)
+        if r.memory != "sbuf":
+            self.fail("dma-memory", f"DMA touches {r.memory.upper()} tile {r.tile.name}; DMA is HBM <-> SBUF only",
+                      s, ranges)
+        if len(a.sizes) != len(r.sizes) or any(
+                sympy.expand(sympy.sympify(x) - sympy.sympify(y)) != 0 for x, y in zip(a.sizes, r.sizes)):
+            self.fail("dma-shape", f"HBM side counts {list(a.sizes)} != tile side sizes {list(r.sizes)}", s, ranges)
+        if s.dst is a:
+            if a.tensor.kind == "input":
+                self.fail("readonly-param", f"DMA writes input parameter {a.tensor.name} (mark it 'inout')",
+                          s, ranges)
+            self.written.add(id(a.tensor))
+
+    def instr(self, s: Instr, loops, visible: set[int], ranges: dict) -> None:
+        if s.op not in OPCODES or s.engine not in OPCODES[s.op]:
+            self.fail("engine-memory", f"{s.op} cannot run on the {s.engine} engine", s, ranges)
+        if not isinstance(s.dst, TileRegion):
+            self.fail("hbm-operand", f"{s.op} writes {type(s.dst).__name__}; compute writes SBUF/PSUM tiles",
+                      s, ranges)
+        regions = {"dst": s.dst}
+        for key, v in list(s.srcs.items()) + list(s.attrs.items()):
+            if isinstance(v, (HBMAccess, HBMTensor)):
+                self.fail("hbm-operand", f"{s.op} operand {key} is in HBM; compute engines never read HBM",
+                          s, ranges)
+            if isinstance(v, TileRegion):
+                regions[key] = v
+            else:
+                self.check_syms(_flat(v), loops, s, ranges)
+        for r in regions.values():
+            self.region(r, loops, visible, s, ranges)
+        if s.engine == "gpsimd":
+            bad = [k for k, r in regions.items() if r.memory == "psum"]
+            if bad:
+                self.fail("engine-memory", f"GpSimd cannot access PSUM ({', '.join(bad)})", s, ranges)
+        check = getattr(self, f"op_{s.op}", None)
+        if check:
+            check(s, regions, ranges)
+
+    def need(self, s: Instr, regions: dict, keys: tuple[str, ...], ranges: dict) -> None:
+        missing = [k for k in keys if k not in regions]
+        if missing:
+            self.fail("engine-memory", f"{s.op} needs tile operand(s) {missing}", s, ranges)
+
+    def op_nc_matmul(self, s: Instr, regions: dict, ranges: dict) -> None:
+        self.need(s, regions, ("stationary", "moving"), ranges)
+        st, mv, dst = regions["stationary"], regions["moving"], regions["dst"]
+        if st.memory != "sbuf" or mv.memory != "sbuf" or dst.memory != "psum":
+            self.fail("engine-memory", "nc_matmul reads stationary/moving from SBUF and writes PSUM", s, ranges)
+        if dst.dtype != "float32":
+            self.fail("matmul-limits", f"nc_matmul accumulates in fp32 PSUM, dst is {dst.dtype}", s, ranges)
+        if (st.dtype == "float32") != (mv.dtype == "float32"):
+            self.fail("matmul-limits", f"fp32 must pair with fp32 ({st.dtype} x {mv.dtype})", s, ranges)
+        sizes = [x for r in (st, mv, dst) for x in r.sizes]
+        if len(st.sizes) != 2 or len(mv.sizes) != 2 or len(dst.sizes) != 2:
+            self.fail("matmul-limits", "nc_matmul operands are 2-D", s, ranges)
+        if all(_is_int(x) for x in sizes):
+            (k1, m), (k2, n), (dm, dn) = ([int(x) for x in r.sizes] for r in (st, mv, dst))
+            t = self.t
+            problems = []
+            if k1 != k2:
+                problems.append(f"contraction sizes differ ({k1} vs {k2})")
+            if max(k1, k2) > t.matmul_k_max:
+                problems.append(f"K={max(k1, k2)} > {t.matmul_k_max}")
+            if m > t.matmul_m_max:
+                problems.append(f"M={m} > {t.matmul_m_max}")
+            if n > t.matmul_n_max:
+                problems.append(f"N={n} > {t.matmul_n_max}")
+            if (dm, dn) != (m, n):
+                problems.append(f"dst is [{dm}, {dn}], expected [{m}, {n}]")
+            if problems:
+                self.fail("matmul-limits", "; ".join(problems), s, ranges)
+
+    def op_nc_transpose(self, s: Instr, regions: dict, ranges: dict) -> None:
+        self.need(s, regions, ("data",), ranges)
+        data = regions["data"]
+        if s.engine == "tensor" and (data.memory != "sbuf" or regions["dst"].memory != "psum"):
+            self.fail("engine-memory", "TensorE transpose reads SBUF and writes PSUM", s, ranges)
+        lim = 128 if s.engine == "tensor" else 32
+        if all(_is_int(x) for x in data.sizes) and any(int(x) > lim for x in data.sizes):
+            self.fail("transpose-limits", f"{s.engine} transpose is limited to {lim}x{lim}", s, ranges)
+
+    def op_tensor_tensor(self, s: Instr, regions: dict, ranges: dict) -> None:
+        self.need(s, regions, ("data1", "data2"), ranges)
+        if regions["data1"].memory == "psum" and regions["data2"].memory == "psum":
+            self.fail("engine-memory", "tensor_tensor inputs cannot both be in PSUM", s, ranges)
+
+    def op_tensor_reduce(self, s: Instr, regions: dict, ranges: dict) -> None:
+        self.need(s, regions, ("data",), ranges)
+        axis = s.attrs.get("axis", (1,))
+        axis = (axis,) if isinstance(axis, int) else tuple(axis)
+        rank = len(regions["data"].sizes)
+        if not axis or 0 in axis:
+            self.fail("reduce-axis", f"tensor_reduce axis {axis} includes the partition axis 0", s, ranges)
+        ax = sorted(int(a) % rank for a in axis)
+        if ax[-1] != rank - 1 or ax != list(range(ax[0], rank)):
+            self.fail("reduce-axis", f"tensor_reduce axis {axis} must be contiguous free axes ending at the "
+                      f"last axis ({rank - 1})", s, ranges)
+
+    # ------------------------------------------------------------------ capacity
+    def capacity(self) -> None:
+        def worst(body: list[Stmt], measure) -> tuple[int, list[Tile]]:
+            own = [s.tile for s in body if isinstance(s, Alloc) and measure(s.tile)]
+            best: tuple[int, list[Tile]] = (0, [])
+            for s in body:
+                if isinstance(s, Loop):
+                    sub = worst(s.body, measure)
+                    if sub[0] > best[0]:
+                        best = sub
+            return sum(measure(t) for t in own) + best[0], own + best[1]
+
+        n, tiles = worst(self.k.body, lambda t: 1 if t.memory == "psum" else 0)
+        if n > self.t.psum_banks:
+            self.fail("psum-banks", f"{n} PSUM tiles live at once ({', '.join(t.name for t in tiles)}); "
+                      f"{self.t.name} has {self.t.psum_banks} banks")
+        b, tiles = worst(self.k.body, lambda t: t.bytes_per_partition if t.memory == "sbuf" else 0)
+        if b > self.t.sbuf_bytes_per_partition:
+            self.fail("sbuf-capacity", f"{b} SBUF bytes per partition live at once "
+                      f"({', '.join(f'{t.name}={t.bytes_per_partition}' for t in tiles)}); "
+                      f"{self.t.name} allows {self.t.sbuf_bytes_per_partition}")
+
+
+def _flat(v: Any) -> list:
+    if isinstance(v, (list, tuple)):
+        return [y for x in v for y in _flat(x)]
+    return [v]
+
+
+def verify_kernel(k: Kernel, target: Target) -> None:
+    """Raise :class:`IRVerificationError` on the first broken rule (see ``RULES``)."""
+    _KernelVerifier(k, target).run()
+
+
+def verify_program(p: Program, target: Target) -> None:
+    """Verify every kernel once, plus the host program's naming: every host value is defined before
+    it is used, kernel names are unique and calls match their kernel's signature."""
+    kernels: dict[str, Kernel] = {}
+    for k in p.kernels:
+        if kernels.setdefault(k.name, k) is not k:
+            raise IRVerificationError(k.name, "unique-names", f"two different kernels are named {k.name}")
+    for k in kernels.values():
+        verify_kernel(k, target)
+    defined = set(p.inputs)
+
+    def use(names: Iterable[str], where: str) -> None:
+        for n in names:
+            if n not in defined:
+                raise IRVerificationError(p.name, "host-names", f"{where} uses {n!r} before it is defined")
+
+    def refs(v: Any) -> list[str]:
+        if isinstance(v, Ref):
+            return [v.name]
+        if isinstance(v, (list, tuple)):
+            return [n for x in v for n in refs(x)]
+        if isinstance(v, dict):
+            return [n for x in v.values() for n in refs(x)]
+        return []
+
+    for st in p.steps:
+        if isinstance(st, KernelCall):
+            if len(st.args) != len(st.kernel.params) or len(st.results) != len(st.kernel.returned):
+                raise IRVerificationError(st.kernel.name, "host-names", "call arity does not match the kernel")
+            use(st.args, f"call of {st.kernel.name}")
+            defined.update(st.results)
+        elif isinstance(st, View):
+            use([st.base], f"view {st.name}")
+            defined.add(st.name)
+        elif isinstance(st, Empty):
+            defined.add(st.name)
+        elif isinstance(st, Fallback):
+            use(refs(st.args) + refs(st.kwargs), f"fallback {st.target}")
+            defined.update(st.results)
+    use(refs(p.outputs), "graph outputs")

@@ -1,0 +1,153 @@
+"""Host-side helpers the generated wrapper calls.
+
+Only views and allocations live here: handing a tensor to a kernel, taking a logical view of a kernel's
+flat result, allocating empty outputs and importing the sibling kernels module. Nothing computes, so
+every FLOP of a compiled graph is in a kernel or in a declared (counted) fallback.
+
+Flat spans: the hardware has no 64-bit or bool types, so an int64 tensor travels as twice as many int32
+words (little-endian: the low word at the even index) and a bool tensor as uint8 bytes. Both are
+reinterpretations of the same storage, never conversions.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from types import ModuleType
+from typing import Sequence
+
+import torch
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+    "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "uint32": torch.uint32,
+    "int16": torch.int16, "uint16": torch.uint16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``"float32"`` -> ``torch.float32`` (names as in ``TensorMeta.dtype`` and ``HBMTensor.dtype``)."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype name {name!r}; known: {sorted(_DTYPES)}") from None
+
+
+def _reinterpret(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Same bytes, other element type (a view); refuses anything that would need a conversion."""
+    a, b = flat.dtype, dtype
+    if a == b:
+        return flat
+    wide = {torch.int64}
+    words = {torch.int32, torch.uint32}
+    if (a.itemsize == b.itemsize and torch.bool not in (a, b)) or (a in wide and b in words) or \
+            (a in words and b in wide):
+        return flat.view(b)
+    if a == torch.bool and b.itemsize == 1:
+        return flat.view(torch.uint8).view(b)
+    if b == torch.bool and a.itemsize == 1:
+        return flat.view(torch.bool)
+    raise TypeError(f"cannot reinterpret {a} as {b} without a conversion")
+
+
+def extent(size: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements of the smallest contiguous span holding every element (0 when empty)."""
+    if any(s == 0 for s in size):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(size, stride))
+
+
+def hbm(t: torch.Tensor, hw_dtype: str) -> torch.Tensor:
+    """The flat 1-D span of storage covering ``t``, reinterpreted to the kernel's hardware dtype.
+
+    ``t``'s first element is element 0 of the span, so kernel access patterns use ``t``'s own strides
+    with offset 0. int64 -> int32 words (length ``2 * extent``), bool -> uint8, same-size types by view.
+    """
+    n = extent(t.shape, t.stride())
+    if n == 0:
+        raise ValueError("hbm() of a tensor with no elements: kernels never take empty tensors")
+    flat = torch.as_strided(t, (n,), (1,), t.storage_offset())
+    return _reinterpret(flat, torch_dtype(hw_dtype))
+
+
+def view(buf: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int,
+         dtype: str) -> torch.Tensor:
+    """The logical tensor (``size``, ``stride``, ``offset`` in elements of ``dtype``) over a flat
+    kernel buffer; the inverse of :func:`hbm` (int32 words -> int64, uint8 -> bool)."""
+    if not isinstance(buf, torch.Tensor):  # e.g. a numpy result from a device runtime
+        buf = torch.from_numpy(buf)
+    buf = buf.reshape(-1) if buf.dim() != 1 else buf
+    t = _reinterpret(buf, torch_dtype(dtype))
+    need = extent(size, stride) + offset
+    if need > t.numel():
+        raise ValueError(f"view of {tuple(size)}/{tuple(stride)}+{offset} needs {need} elements, "
+                         f"buffer has {t.numel()}")
+    return torch.as_strided(t, tuple(size), tuple(stride), t.storage_offset() + offset)
+
+
+def empty(size: Sequence[int], stride: Sequence[int], dtype: str) -> torch.Tensor:
+    """An uninitialised host tensor (used for outputs with no elements)."""
+    return torch.empty_strided(tuple(size), tuple(stride), dtype=torch_dtype(dtype))
+
+
+# ------------------------------------------------------------------------------------------ modules
+
+def load_sibling(file: str, name: str) -> ModuleType:
+    """Import ``<dir of file>/<name>.py`` under a module name unique to that directory.
+
+    Each compiled graph lives in its own directory with the same file names (``kernels.py``,
+    ``wrapper.py``); keying the module name on the directory keeps two graphs from ever sharing a
+    ``sys.modules`` entry, and loading from the real file keeps tracebacks pointing at real lines.
+    """
+    directory = os.path.dirname(os.path.abspath(file))
+    return load_file(os.path.join(directory, f"{name}.py"))
+
+
+def module_name_for(path: str) -> str:
+    path = os.path.abspath(path)
+    digest = hashlib.sha256(os.path.dirname(path).encode()).hexdigest()[:16]
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return f"neuron_inductor_generated_{digest}.{stem}"
+
+
+def load_file(path: str) -> ModuleType:
+    """Import one Python file as a fresh module (see :func:`load_sibling`)."""
+    path = os.path.abspath(path)
+    modname = module_name_for(path)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load generated module {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return module
+
+
+# ---------------------------------------------------------------------------------------- fallbacks
+
+_fallback_lock = threading.Lock()
+_fallback_counts: dict[str, int] = {}
+
+
+def count_fallback(op: str) -> None:
+    """Record one eager call of a declared fallback (tests and reports read the totals)."""
+    with _fallback_lock:
+        _fallback_counts[op] = _fallback_counts.get(op, 0) + 1
+
+
+def fallback_counts() -> dict[str, int]:
+    """A snapshot of fallback calls per op since the last reset."""
+    with _fallback_lock:
+        return dict(_fallback_counts)
+
+
+def reset_fallback_counts() -> None:
+    with _fallback_lock:
+        _fallback_counts.clear()

@@ -1,0 +1,64 @@
+"""Load a compiled graph (``kernels.py`` + ``wrapper.py``) from a directory as a callable.
+
+Generated code always runs from real files: a cache entry directory, or a fresh private temp dir for
+sources that only exist in memory. That way tracebacks, ``inspect`` and the simulator's line numbers
+point at the lines a person can open.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from types import ModuleType
+from typing import Any
+
+from . import host
+
+_FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
+
+
+class CompiledModule:
+    """A loaded compiled graph; ``module(args)`` runs it (and clears ``args``, as the wrapper does)."""
+
+    def __init__(self, path: str, wrapper: ModuleType) -> None:
+        self.path = path
+        self.wrapper = wrapper
+        self.kernels = getattr(wrapper, "kernels", None)
+        self.kernels_source = _read(os.path.join(path, "kernels.py"))
+        self.wrapper_source = _read(os.path.join(path, "wrapper.py"))
+
+    def __call__(self, args: list) -> Any:
+        return self.wrapper.call(args)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self.path!r})"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def load_dir(path: str) -> CompiledModule:
+    """Import ``path/wrapper.py`` (which imports its sibling ``kernels.py``)."""
+    path = os.path.abspath(path)
+    wrapper_file = os.path.join(path, "wrapper.py")
+    if not os.path.isfile(wrapper_file):
+        raise FileNotFoundError(f"no wrapper.py in compiled module directory {path}")
+    return CompiledModule(path, host.load_file(wrapper_file))
+
+
+def load_sources(sources: dict[str, str]) -> CompiledModule:
+    """Write ``{"kernels.py": ..., "wrapper.py": ...}`` (``.py`` optional) to a fresh private temp dir
+    (mode 0700, from ``mkdtemp``) and load it."""
+    path = tempfile.mkdtemp(prefix="neuron_inductor_")
+    for name, text in sources.items():
+        fname = name if name.endswith(".py") else f"{name}.py"
+        if not _FILE_NAME.match(fname):
+            raise ValueError(f"bad generated file name {name!r}")
+        with open(os.path.join(path, fname), "w", encoding="utf-8") as f:
+            f.write(text)
+    return load_dir(path)
