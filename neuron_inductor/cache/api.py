@@ -10,13 +10,11 @@ that is a hard, explained error.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import logging
 import sys
 import threading
 import time
-import types
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,27 +66,10 @@ def _warn_once(reason: str, root: Path, message: str) -> None:
 
 # -- loading ----------------------------------------------------------------------------------------
 def _runtime_loader() -> Any:
-    """The real runtime loader when it exists; a minimal stand-in otherwise (bootstrap only)."""
-    if importlib.util.find_spec("neuron_inductor.runtime.loader") is not None:
-        from neuron_inductor.runtime import loader
+    """Imported lazily: the runtime pulls in the simulator, which a cache-only tool never needs."""
+    from neuron_inductor.runtime import loader
 
-        return loader
-    return _FallbackLoader
-
-
-class _FallbackLoader:
-    """Executes ``wrapper.py`` and returns its ``call``; used only until runtime/loader.py exists."""
-
-    @staticmethod
-    def load_sources(sources: dict[str, str]) -> Callable:
-        mod = types.ModuleType(f"neuron_inductor_cached_{abs(hash(sources.get('wrapper.py', '')))}")
-        exec(compile(sources["wrapper.py"], "wrapper.py", "exec"), mod.__dict__)
-        return mod.call
-
-    @staticmethod
-    def load_dir(path: Path | str) -> Callable:
-        p = Path(path)
-        return _FallbackLoader.load_sources({f.name: f.read_text() for f in p.glob("*.py")})
+    return loader
 
 
 def _load_uncached(artifact: Artifact) -> Callable:
