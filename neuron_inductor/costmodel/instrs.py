@@ -90,7 +90,8 @@ def instr_cycles(instr: Instr, ev: Evaluator) -> tuple[int, int, int]:
     srcs = _tiles(instr)
     n_src = max([_free(s, ev)[1] for s in srcs] or [n_dst])
     n = max(n_dst, n_src)
-    if op == "nc_matmul":
+    if op == "nc_matmul" and isinstance(instr.srcs.get("stationary"), TileRegion) \
+            and isinstance(instr.srcs.get("moving"), TileRegion):
         stat, mov = instr.srcs["stationary"], instr.srcs["moving"]
         k, m = _free(stat, ev)
         _, nmov = _free(mov, ev)
@@ -100,7 +101,8 @@ def instr_cycles(instr: Instr, ev: Evaluator) -> tuple[int, int, int]:
         load_stationary = math.ceil(m * factor / LOAD_STATIONARY_SPEEDUP)
         return max(mm, load_stationary), 0, k * m * nmov
     if op == "nc_transpose":
-        p, f = _free(instr.srcs["data"], ev)
+        data = instr.srcs.get("data")
+        p, f = _free(data, ev) if isinstance(data, TileRegion) else (parts, n)
         if instr.engine == "tensor":
             return max(p, min(MIN_II, f)), 0, 0
         return max(MIN_II, f) + ACCESS_OVERHEAD, p * f, 0
@@ -112,15 +114,16 @@ def instr_cycles(instr: Instr, ev: Evaluator) -> tuple[int, int, int]:
         extra = MIN_II if instr.attrs.get("reduce_op") or instr.srcs.get("reduce_res") is not None else 0
         return max(MIN_II, n) + extra + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_tensor":
-        a, b = instr.srcs["data1"], instr.srcs["data2"]
-        mems = {a.memory, b.memory}
-        all_bf16 = a.dtype == b.dtype == instr.dst.dtype == "bfloat16" and mems == {"sbuf"}
+        ins = srcs[:2] or [instr.dst]
+        mems = {t.memory for t in ins}
+        all_bf16 = all(t.dtype == "bfloat16" for t in ins + [instr.dst]) and mems == {"sbuf"}
         one_pass = mems == {"sbuf", "psum"} or (all_bf16 and instr.attrs.get("op") in _FAST_BF16_OPS)
         cyc = n if one_pass else 2 * n
         return max(MIN_II, cyc) + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_reduce":
-        data = instr.srcs["data"]
-        half = (data.dtype == instr.dst.dtype == "bfloat16" and instr.attrs.get("op") in ("add", "maximum"))
+        data = instr.srcs.get("data", instr.dst)
+        half = (getattr(data, "dtype", None) == instr.dst.dtype == "bfloat16"
+                and instr.attrs.get("op") in ("add", "maximum"))
         return (n // 2 if half else n) + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_copy_predicated":
         mems = {instr.dst.memory} | {s.memory for s in srcs}
@@ -180,19 +183,20 @@ def dma_cost(dma: Dma, target: Target, ev: Evaluator, queue: str) -> Cost:
       the transfer's own queue: queues are in order (§5.4), and we give each ``Dma`` statement its own
       queue, so one statement issues at most one transfer per fixed cost while its data moves.
     """
-    hbm = dma.src if dma.is_load else dma.dst
-    tile = dma.dst if dma.is_load else dma.src
-    assert isinstance(hbm, HBMAccess) and isinstance(tile, TileRegion)
-    numel = _prod(max(0, ev(c)) for _, c in hbm.pattern)
-    nbytes = numel * DTYPE_BYTES[hbm.dtype]
-    sbuf_bytes = numel * DTYPE_BYTES[tile.dtype]
-    moved = max(nbytes, sbuf_bytes)
-    parts = max(1, ev(tile.sizes[0]))
+    sides = (dma.src, dma.dst)
+    hbm_sides = [x for x in sides if isinstance(x, HBMAccess)]
+    tile_sides = [x for x in sides if isinstance(x, TileRegion)]
+    # HBM<->SBUF is the contract; HBM->HBM or SBUF->SBUF copies are costed the same way
+    first = hbm_sides[0] if hbm_sides else tile_sides[0]
+    numel = _prod(max(0, ev(c)) for c in (first.sizes))
+    nbytes = sum(numel * DTYPE_BYTES[h.dtype] for h in hbm_sides)
+    moved = max(numel * DTYPE_BYTES[x.dtype] for x in sides)
+    parts = max(1, ev(first.sizes[0]))
     per_engine_parts = max(1, target.partitions // target.dma_engines)
     engines = min(target.dma_engines, math.ceil(parts / per_engine_parts))
-    elem = max(DTYPE_BYTES[hbm.dtype], DTYPE_BYTES[tile.dtype])
-    per_partition = moved / parts if parts else 0
-    chunk = min(_hbm_run(hbm, ev), _sbuf_run(tile, ev)) * elem
+    elem = max(DTYPE_BYTES[x.dtype] for x in sides)
+    per_partition = moved / parts
+    chunk = min([_hbm_run(h, ev) for h in hbm_sides] + [_sbuf_run(t, ev) for t in tile_sides]) * elem
     chunk = max(elem, min(chunk, per_partition)) if moved else elem
     efficiency = chunk / (chunk + DMA_DESCRIPTOR_OVERHEAD_BYTES)
     data = moved / (engines * target.dma_engine_bytes_per_s * efficiency) if moved else 0.0

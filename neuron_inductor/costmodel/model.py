@@ -66,6 +66,10 @@ class Summary:
         return max(self.busy.values(), default=0.0)
 
 
+#: instruction operands that are written, not read (``activation(reduce_res=...)``)
+_OUTPUT_OPERANDS = frozenset({"reduce_res"})
+
+
 def _operands(s: Instr | Dma) -> tuple[set[Tile], set[Tile]]:
     """(tiles read, tiles written) by one instruction or DMA."""
     reads: set[Tile] = set()
@@ -78,9 +82,9 @@ def _operands(s: Instr | Dma) -> tuple[set[Tile], set[Tile]]:
                 reads.add(side.indirect.tile)
         return reads, writes
     writes.add(s.dst.tile)
-    for v in s.srcs.values():
+    for name, v in s.srcs.items():
         if isinstance(v, TileRegion):
-            reads.add(v.tile)
+            (writes if name in _OUTPUT_OPERANDS else reads).add(v.tile)
     if s.op == "nc_matmul" and s.attrs.get("accumulate") not in (None, False, 0):
         reads.add(s.dst.tile)  # += into PSUM
     return reads, writes

@@ -154,3 +154,30 @@ def test_program_sum_and_critical_kernels():
 def test_targets_differ():
     k = matmul_only_kernel(2000)
     assert estimate_kernel(k, TRN2).seconds > estimate_kernel(k, TRN1).seconds  # 2.4 vs 2.8 GHz
+
+
+def test_documented_cycle_counts_per_engine():
+    """activation+reduce = max(64, N) + 64 (+ access overhead); GpSimd iota = 150 + N."""
+    t, u = Tile("t", (128, 1000), "float32"), Tile("u", (128, 1000), "float32")
+    r, idx = Tile("r", (128, 1), "float32"), Tile("idx", (128, 1000), "int32")
+    k = Kernel("engines", [], [], [Alloc(t), Alloc(u), Alloc(r), Alloc(idx),
+        Instr("scalar", "activation", u.full(), {"data": t.full(), "reduce_res": r.full()},
+              {"op": "exp", "reduce_op": "add"}),
+        Instr("gpsimd", "iota", idx.full(), {}, {"pattern": [[1, 1000]], "offset": 0})])
+    cost = estimate_kernel(k, TRN1)
+    assert cost.busy_s["scalar"] == pytest.approx((1000 + 64 + ACCESS_OVERHEAD) / TRN1.scalar_clock_hz)
+    assert cost.busy_s["gpsimd"] == pytest.approx((150 + 1000) / TRN1.gpsimd_clock_hz)
+    # independent instructions on different engines overlap
+    assert cost.seconds == pytest.approx(max(cost.busy_s.values()))
+
+
+def test_gather_and_hbm_to_hbm_dma_are_costed():
+    x = HBMTensor("x", 1000 * 256, "bfloat16", "input")
+    y = HBMTensor("y", 128 * 256, "bfloat16", "output")
+    idx, rows = Tile("idx", (128, 1), "int32"), Tile("rows", (128, 256), "bfloat16")
+    gather = Dma(rows.full(), HBMAccess(x, 0, ((256, 128), (1, 256)), indirect=idx.full()))
+    copy = Dma(HBMAccess(y, 0, ((256, 128), (1, 256))), HBMAccess(x, 0, ((256, 128), (1, 256))))
+    k = Kernel("g", [x], [y], [Alloc(idx), Alloc(rows), gather, copy])
+    cost = estimate_kernel(k, TRN1)
+    assert cost.hbm_bytes == 128 * 256 * 2 * 3  # gather reads; the copy reads and writes
+    assert cost.counts["dma"] == 2
