@@ -1,0 +1,113 @@
+"""Kernel construction helpers shared by every lowering: parameters, tiles, loops, instructions.
+
+A ``KernelBuilder`` accumulates IR statements into the current block (``with kb.loop(...)`` opens a
+nested one), hands out readable names, and recycles SBUF tiles whose values are dead so a long fused
+chain stays within the SBUF budget instead of allocating one tile per op.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import sympy
+
+from ..ir import (Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, NameGen, Operand, Stmt, Tile,
+                  TileRegion, loop_var)
+from ..target import Target
+
+
+@dataclass(eq=False)
+class TVal:
+    """A value inside a tile iteration: a ``full`` [rows, cols] region, a ``row`` [rows, 1] region
+    (constant along the free axis), or a Python ``scalar``."""
+
+    kind: str
+    region: TileRegion | None = None
+    scalar: float | int | bool | None = None
+
+    @property
+    def dtype(self) -> str:
+        return self.region.dtype if self.region is not None else "float32"
+
+    @staticmethod
+    def const(v) -> "TVal":
+        return TVal("scalar", scalar=v)
+
+
+class KernelBuilder:
+    def __init__(self, name: str, target: Target) -> None:
+        self.name = name
+        self.target = target
+        self.names = NameGen()
+        self.params: dict[str, HBMTensor] = {}
+        self.outputs: list[HBMTensor] = []
+        self.body: list[Stmt] = []
+        self._blocks: list[list[Stmt]] = [self.body]
+        self._pools: list[dict[tuple, list[Tile]]] = [{}]
+        self.provenance: list[str] = []
+        self.plan = ""
+
+    # --- HBM ---------------------------------------------------------------------------------
+    def param(self, host_name: str, numel: int, dtype: str, kind: str = "input") -> HBMTensor:
+        t = self.params.get(host_name)
+        if t is None:
+            t = HBMTensor(self.names("in"), numel, dtype, kind)
+            t.host_name = host_name  # type: ignore[attr-defined]
+            self.params[host_name] = t
+        elif kind == "inout":
+            t.kind = "inout"
+        return t
+
+    def output(self, numel: int, dtype: str) -> HBMTensor:
+        t = HBMTensor(self.names("out"), numel, dtype, "output")
+        self.outputs.append(t)
+        return t
+
+    # --- blocks and loops --------------------------------------------------------------------
+    def add(self, stmt: Stmt) -> None:
+        self._blocks[-1].append(stmt)
+
+    @contextlib.contextmanager
+    def loop(self, extent: int, kind: str = "affine", prefix: str = "i") -> Iterator[sympy.Symbol]:
+        var = loop_var(self.names(prefix))
+        lp = Loop(var, int(extent), kind)
+        self.add(lp)
+        self._blocks.append(lp.body)
+        self._pools.append({})
+        try:
+            yield var
+        finally:
+            self._blocks.pop()
+            self._pools.pop()
+
+    # --- tiles -------------------------------------------------------------------------------
+    def tile(self, shape: tuple[int, ...], dtype: str, memory: str = "sbuf", prefix: str = "t") -> Tile:
+        """A tile allocated in the current block, reusing a released one of the same kind."""
+        key = (tuple(shape), dtype, memory)
+        pool = self._pools[-1].get(key)
+        if pool:
+            return pool.pop()
+        t = Tile(self.names(prefix), tuple(int(s) for s in shape), dtype, memory)
+        self.add(Alloc(t))
+        return t
+
+    def release(self, tile: Tile) -> None:
+        """Return a tile of the current block to the pool (its value is dead)."""
+        self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), []).append(tile)
+
+    # --- statements --------------------------------------------------------------------------
+    def instr(self, engine: str, op: str, dst: TileRegion, srcs: dict[str, Operand] | None = None,
+              **attrs) -> None:
+        self.add(Instr(engine, op, dst, dict(srcs or {}), dict(attrs)))
+
+    def dma(self, dst: HBMAccess | TileRegion, src: HBMAccess | TileRegion) -> None:
+        self.add(Dma(dst, src))
+
+    def finish(self) -> Kernel:
+        return Kernel(self.name, list(self.params.values()), self.outputs, self.body,
+                      self.provenance, self.plan)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

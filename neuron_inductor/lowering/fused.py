@@ -1,0 +1,479 @@
+"""Lower a fused pointwise/reduction group to one kernel.
+
+The group's *domain* is one logical shape (the reduction input's, else the outputs'). Every tensor the
+kernel touches gets strides along the domain axes (``layout.domain_strides``); axes that all tensors
+address contiguously are merged. Then the tile plan:
+
+* ``F`` (free axis) is the reduced axis, else the axis most tensors read with stride 1;
+* ``P`` (partition axis, tiles of 128 rows) is the largest remaining kept axis;
+* other kept axes are affine outer loops; other reduced axes are sequential loops that accumulate;
+* ``F`` is cut into chunks that fit SBUF, unless a full-width value is needed after a reduction
+  (softmax, norms), in which case the whole row stays on chip (single pass).
+
+Per iteration: load leaves (DMA with access patterns), run each node's lowering, reduce along the free
+axis (VectorE ``tensor_reduce``, accumulating across chunks), store outputs. A reduction over every axis
+puts one reduced axis on partitions and finishes with a TensorE transpose.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+import torch.fx as fx
+
+from ..ir import HBMAccess, TensorMeta, TileRegion
+from .builder import KernelBuilder, TVal, ceil_div
+from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, word_scale)
+from .pointwise import copy, scalar_op, tile_dtype
+from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
+
+PMAX = 128
+
+
+@dataclass(eq=False)
+class FusedGroup:
+    nodes: list[fx.Node]          # topological order; views inside are order-preserving
+    outputs: list[fx.Node]        # values needed outside the group
+    domain: tuple[int, ...]
+    reduce_axes: frozenset[int] = frozenset()
+    kind: str = "fused"
+    name: str = ""
+
+
+@dataclass(eq=False)
+class Source:
+    """Where a value outside the kernel lives: a host buffer and the value's layout in it."""
+
+    host: str
+    meta: TensorMeta          # offset relative to the start of the host buffer's flat span
+    base_extent: int          # logical elements of the host buffer's flat span
+    base_dtype: str           # torch dtype name of the host buffer
+
+
+def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
+    """(reduced input dims, keepdim) of a reduction node."""
+    x = node.args[0].meta["val"]
+    nd = max(x.dim(), 1)
+    args = list(node.args[1:])
+    kw = node.kwargs
+    if node.target._overloadpacket in (torch.ops.aten.sum, torch.ops.aten.mean, torch.ops.aten.prod,
+                                       torch.ops.aten.any, torch.ops.aten.all) and not args \
+            and "dim" not in kw:
+        return list(range(x.dim())), False
+    dims = args[0] if args else kw.get("dim", [])
+    if dims is None or dims == []:
+        dims = list(range(x.dim()))
+    if isinstance(dims, int):
+        dims = [dims]
+    keep = args[1] if len(args) > 1 else kw.get("keepdim", False)
+    return sorted({d % nd for d in dims}), bool(keep)
+
+
+def _contig(shape) -> list[int]:
+    st, acc = [], 1
+    for s in reversed(list(shape)):
+        st.append(acc)
+        acc *= max(int(s), 1)
+    return list(reversed(st))
+
+
+class _Ctx:
+    """What a pointwise lowering sees: the builder, the current tile extents, allocation, iota."""
+
+    def __init__(self, lower: "_FusedLowering") -> None:
+        self.lw = lower
+        self.kb = lower.kb
+
+    def new(self, kind: str, dtype: str) -> TileRegion:
+        lw = self.lw
+        cols = lw.fc if kind == "full" else 1
+        t = self.kb.tile((PMAX, cols), dtype, prefix="t")
+        return t.region(lw.rows, lw.cols if kind == "full" else 1)
+
+    def iota(self, node: fx.Node, start, step, dtype: str) -> TVal:
+        if not all(float(v).is_integer() for v in (start, step)):
+            raise LoweringError("arange with a fractional start or step")
+        st = self.lw.node_strides[node]
+        kind = "row" if self.lw.F is None or st[self.lw.F] == 0 else "full"
+        dst = self.new(kind, dtype)
+        lw = self.lw
+        pat = [[int(step) * (st[lw.F] if kind == "full" else 0), lw.cols if kind == "full" else 1]]
+        offset = int(start) + int(step) * lw.offset_expr(st)
+        cm = int(step) * st[lw.P] if lw.P is not None else 0
+        self.kb.instr("gpsimd", "iota", dst, {}, pattern=pat, offset=offset, channel_multiplier=cm)
+        return TVal(kind, dst)
+
+
+class _FusedLowering:
+    def __init__(self, group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
+                 free_chunk: int) -> None:
+        self.g = group
+        self.sources = sources
+        self.kb = kb
+        self.free_chunk = free_chunk
+        self.members = set(group.nodes)
+        D, R = list(group.domain), set(group.reduce_axes)
+        self.D0, self.R0 = D, R
+        self.post: set[fx.Node] = set()
+        for n in group.nodes:
+            if n.target in REDUCTIONS or any(a in self.post for a in n.all_input_nodes):
+                if n.target not in REDUCTIONS or any(a in self.post for a in n.all_input_nodes):
+                    self.post.add(n)
+        self.reductions = [n for n in group.nodes if n.target in REDUCTIONS]
+        self.post_nodes = self.post | set(self.reductions)
+
+    # --- alignment of shapes to the domain --------------------------------------------------
+    def _reduced_shape(self, keep: bool) -> list[int]:
+        return [1 if i in self.R0 else s for i, s in enumerate(self.D0)] if keep else \
+            [s for i, s in enumerate(self.D0) if i not in self.R0]
+
+    def to_domain(self, node: fx.Node, size, stride) -> list[int] | None:
+        """Strides along the (unmerged) domain of a tensor laid out in ``node``'s output space."""
+        size, stride = list(size), list(stride)
+        if self.R0 and node in self.post_nodes and size == self._reduced_shape(False) \
+                and size != self._reduced_shape(True):
+            it = iter(stride)
+            return [0 if i in self.R0 else next(it) for i in range(len(self.D0))]
+        return domain_strides(TensorMeta(tuple(size), tuple(stride), 0, "float32"), self.D0)
+
+    def arg_strides(self, consumer: fx.Node, arg: fx.Node, meta: TensorMeta) -> list[int]:
+        """Domain strides of input ``arg`` (layout ``meta``) as read by ``consumer``."""
+        if consumer.target in REDUCTIONS:
+            st = domain_strides(meta, self.D0)
+        else:
+            from .layout import broadcast_strides
+            out_shape = list(consumer.meta["val"].shape)
+            b = broadcast_strides(meta.size, meta.stride, out_shape)
+            st = None if b is None else self.to_domain(consumer, out_shape, b)
+        if st is None:
+            raise LoweringError(f"{arg.name} {list(meta.size)} cannot be addressed in the domain "
+                                f"{self.D0} of {consumer.name}")
+        return st
+
+    # --- planning ----------------------------------------------------------------------------
+    def plan(self) -> None:
+        accesses: list[list[int]] = []
+        self.node_strides0: dict[fx.Node, list[int]] = {}
+        for n in self.g.nodes:
+            val = n.meta["val"]
+            st = self.to_domain(n, val.shape, _contig(val.shape))
+            if st is None:
+                raise LoweringError(f"{n.name} {list(val.shape)} does not fit domain {self.D0}")
+            self.node_strides0[n] = st
+            accesses.append(st)
+        self.loads0: dict[tuple[fx.Node, fx.Node], list[int]] = {}
+        for n in self.g.nodes:
+            for a in n.all_input_nodes:
+                if a not in self.members:
+                    st = self.arg_strides(n, a, self.sources[a].meta)
+                    self.loads0[(n, a)] = st
+                    accesses.append(st)
+        self.stores0: dict[fx.Node, list[int]] = {}
+        for n in self.g.outputs:
+            st = self.to_domain(n, n.meta["val"].shape, n.meta["val"].stride())
+            if st is None:
+                raise LoweringError(f"output {n.name} does not fit the domain")
+            self.stores0[n] = st
+            accesses.append(st)
+        dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0)
+        R = {i for i, grp in enumerate(axes) if any(a in self.R0 for a in grp)}
+        it = iter(merged)
+        self.node_strides = {n: next(it) for n in self.node_strides0}
+        self.loads = {k: next(it) for k in self.loads0}
+        self.stores = {k: next(it) for k in self.stores0}
+        self.D, self.R = dom, R
+        self._choose_axes()
+
+    def _choose_axes(self) -> None:
+        D, R = self.D, self.R
+        n = len(D)
+        allst = list(self.loads.values()) + list(self.stores.values())
+        if R:
+            F = max(R)
+        elif n:
+            F = max(range(n), key=lambda a: (sum(1 for s in allst if abs(s[a]) == 1), a))
+        else:
+            F = None
+        kept = [a for a in range(n) if a not in R and a != F and D[a] > 1]
+        P = max(kept, key=lambda a: (D[a], a)) if kept else None
+        self.p_reduced = False
+        if P is None and F is not None and n >= 1:
+            others = [a for a in R if a != F and D[a] > 1]
+            if others:
+                P, self.p_reduced = max(others, key=lambda a: (D[a], a)), True
+            elif D[F] % PMAX == 0 and D[F] >= 2 * PMAX and not any(
+                    D[a] > 1 for a in range(n) if a != F):
+                self._split_free(F)
+                return
+        self.F, self.P = F, P
+        self.outer = [a for a in range(n) if a not in R and a not in (F, P) and D[a] > 1]
+        self.seq = [a for a in R if a not in (F, P) and D[a] > 1]
+
+    def _split_free(self, F: int) -> None:
+        """A 1-D iteration space [N] becomes [128, N/128] so all partitions work."""
+        N, red = self.D[F], F in self.R
+        for table in (self.node_strides, self.loads, self.stores):
+            for k, st in table.items():
+                s = st[F]
+                table[k] = [s * (N // PMAX), s]
+        self.D = [PMAX, N // PMAX]
+        self.R = {0, 1} if red else set()
+        self.P, self.F = 0, 1
+        self.p_reduced = red
+        self.outer, self.seq = [], []
+
+    # --- expressions -------------------------------------------------------------------------
+    def offset_expr(self, st: list[int]) -> sympy.Expr:
+        e = sympy.Integer(0)
+        for a, var in self.loop_vars.items():
+            e += st[a] * var
+        if self.P is not None:
+            e += st[self.P] * PMAX * self.ip
+        if self.F is not None:
+            e += st[self.F] * self.fc_size * self.fcv
+        return e
+
+    # --- emission ----------------------------------------------------------------------------
+    def emit(self) -> None:
+        kb, D = self.kb, self.D
+        F, P = self.F, self.P
+        Fsize = D[F] if F is not None else 1
+        Psize = D[P] if P is not None else 1
+        full_after_reduce = any(n in self.post and self._is_full(n) for n in self.g.nodes)
+        single = full_after_reduce
+        live = self._max_live()
+        budget = int(kb.target.sbuf_bytes_per_partition * 0.6) // (4 * max(live, 1))
+        if single:
+            if self.seq or self.p_reduced or Fsize > budget:
+                raise LoweringError(f"a row of {Fsize} elements with {live} live values does not fit "
+                                    "SBUF in one pass")
+            self.fc_size = Fsize
+        else:
+            self.fc_size = max(1, min(Fsize, self.free_chunk, budget))
+        nchunks = ceil_div(Fsize, self.fc_size)
+        self.fc = self.fc_size
+        self.loop_vars: dict[int, sympy.Expr] = {}
+        kb.plan = (f"domain {self.D0} -> merged {D}; partition axis {P} ({Psize} rows in tiles of "
+                   f"{PMAX}), free axis {F} ({Fsize} in {nchunks} chunk(s) of {self.fc_size}); "
+                   f"outer loops {self.outer}; reduced axes {sorted(self.R)}"
+                   f"{' (sequential ' + str(self.seq) + ')' if self.seq else ''}"
+                   f"{'; single pass' if single else ''}{'; partition reduction' if self.p_reduced else ''}")
+        self.ctx = _Ctx(self)
+        self.accumulate = bool(self.reductions) and (nchunks > 1 or bool(self.seq) or self.p_reduced)
+        self._outer_loops(0, Psize, Fsize, nchunks)
+
+    def _is_full(self, n: fx.Node) -> bool:
+        return self.F is not None and self.node_strides[n][self.F] != 0
+
+    def _max_live(self) -> int:
+        order = {n: i for i, n in enumerate(self.g.nodes)}
+        last = {n: max([order[u] for u in n.users if u in order], default=len(order)) for n in order}
+        leaves = {a for n in self.g.nodes for a in n.all_input_nodes if a not in self.members}
+        return max([sum(1 for m in order if order[m] <= i <= last[m]) for i in range(len(order))],
+                   default=1) + len(leaves) + 2
+
+    def _loop(self, extent: int, kind: str, prefix: str):
+        if extent == 1:
+            import contextlib
+            return contextlib.nullcontext(sympy.Integer(0))
+        return self.kb.loop(extent, kind, prefix)
+
+    def _outer_loops(self, k: int, Psize: int, Fsize: int, nchunks: int) -> None:
+        if k < len(self.outer):
+            a = self.outer[k]
+            with self._loop(self.D[a], "affine", "l") as v:
+                self.loop_vars[a] = v
+                self._outer_loops(k + 1, Psize, Fsize, nchunks)
+            return
+        np_ = ceil_div(Psize, PMAX)
+        if self.p_reduced:
+            self.rows = sympy.Integer(min(PMAX, Psize))
+            accs = self._init_accs()
+            with self._loop(np_, "sequential", "p") as ip:
+                self.ip = ip
+                self.rows = sympy.Min(PMAX, Psize - PMAX * ip) if Psize % PMAX else sympy.Integer(PMAX)
+                self._seq_loops(0, Fsize, nchunks, accs)
+            self._finish_partition_reduce(accs)
+            return
+        with self._loop(np_, "affine", "p") as ip:
+            self.ip = ip
+            self.rows = (sympy.Min(PMAX, Psize - PMAX * ip) if Psize % PMAX else sympy.Integer(PMAX)) \
+                if np_ > 1 else sympy.Integer(Psize)
+            accs = self._init_accs() if self.accumulate else {}
+            self.vals: dict[fx.Node, TVal] = {}
+            self._seq_loops(0, Fsize, nchunks, accs)
+            self._post(accs)
+
+    def _init_accs(self) -> dict[fx.Node, TVal]:
+        accs = {}
+        if not self.accumulate:
+            return accs
+        for r in self.reductions:
+            op, init = REDUCTIONS[r.target]
+            t = self.kb.tile((PMAX, 1), tile_dtype(r.meta["val"]) if op != "add" else "float32",
+                             prefix="acc")
+            reg = t.region(PMAX, 1)
+            self.kb.instr("vector", "memset", reg, {}, value=init)
+            accs[r] = TVal("row", reg)
+        return accs
+
+    def _seq_loops(self, k: int, Fsize: int, nchunks: int, accs) -> None:
+        if k < len(self.seq):
+            a = self.seq[k]
+            with self._loop(self.D[a], "sequential", "r") as v:
+                self.loop_vars[a] = v
+                self._seq_loops(k + 1, Fsize, nchunks, accs)
+            return
+        kind = "sequential" if self.reductions else "affine"
+        with self._loop(nchunks, kind, "f") as fcv:
+            self.fcv = fcv
+            self.cols = sympy.Min(self.fc_size, Fsize - self.fc_size * fcv) \
+                if Fsize % self.fc_size else sympy.Integer(self.fc_size)
+            if nchunks == 1:
+                self.cols = sympy.Integer(Fsize)
+            self.vals = {}
+            self._eval(pre_only=self.accumulate, accs=accs)
+        self.fcv = sympy.Integer(0)
+
+    def _post(self, accs) -> None:
+        if self.accumulate:
+            self.vals = dict(accs)
+            for r in self.reductions:
+                self.vals[r] = self._finish_reduction(r, self.vals[r])
+                if r in self.g.outputs:
+                    self._store(r, self.vals[r])
+            self._eval(post_only=True, accs=accs)
+
+    def _finish_partition_reduce(self, accs) -> None:
+        kb = self.kb
+        self.rows = sympy.Integer(1)
+        self.vals = {}
+        for r in self.reductions:
+            op = REDUCTIONS[r.target][0]
+            acc = accs[r].region
+            tp = kb.tile((1, PMAX), "float32", "psum", prefix="tp")
+            kb.instr("tensor", "nc_transpose", tp.full(), {"data": acc})
+            red = kb.tile((1, 1), "float32", prefix="red")
+            kb.instr("vector", "tensor_reduce", red.full(), {"data": tp.full()}, op=op, axis=(1,),
+                     negate=False, keepdims=True)
+            self.vals[r] = self._finish_reduction(r, TVal("row", red.full()))
+            if r in self.g.outputs:
+                self._store(r, self.vals[r])
+        self.ip = sympy.Integer(0)
+        self.P_save, self.P = self.P, None
+        self._eval(post_only=True, accs=accs)
+        self.P = self.P_save
+
+    def _finish_reduction(self, r: fx.Node, v: TVal) -> TVal:
+        if r.target._overloadpacket is torch.ops.aten.mean:
+            count = math.prod(self.D0[a] for a in self.R0)
+            return scalar_op(self.ctx, v, "multiply", 1.0 / count, "float32")
+        return v
+
+    # --- node evaluation ---------------------------------------------------------------------
+    def _eval(self, accs, pre_only: bool = False, post_only: bool = False) -> None:
+        loads: dict[tuple, TVal] = {}
+        for n in self.g.nodes:
+            is_post = n in self.post
+            if pre_only and is_post:
+                continue
+            if post_only and (not is_post or n in self.vals):
+                continue
+            if n.target in REDUCTIONS:
+                self.vals[n] = self._reduce(n, accs, loads)
+            elif n.target in ORDER_PRESERVING_VIEWS:
+                self.vals[n] = self._arg(n, n.args[0], loads)
+            else:
+                fn = POINTWISE[n.target]
+                args = [self._arg(n, a, loads) for a in n.args]
+                kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}
+                try:
+                    self.vals[n] = fn(self.ctx, n, *args, **kwargs)
+                except NotImplementedError as e:
+                    raise LoweringError(f"{n.target}: {e}") from None
+            if n in self.g.outputs and not (n in self.reductions and self.accumulate):
+                self._store(n, self.vals[n])
+
+    def _arg(self, consumer: fx.Node, a, loads):
+        if isinstance(a, fx.Node):
+            if a in self.members:
+                return self.vals[a]
+            return self._load(consumer, a, loads)
+        if isinstance(a, (int, float, bool)) and not isinstance(a, torch.dtype):
+            return TVal.const(a)
+        return a
+
+    def _reduce(self, n: fx.Node, accs, loads) -> TVal:
+        x = self._arg(n, n.args[0], loads)
+        op = REDUCTIONS[n.target][0]
+        if x.kind != "full":
+            x = copy(self.ctx, x, "float32", "full")
+        dt = "float32" if op == "add" else x.dtype
+        part = self.ctx.new("row", dt)
+        self.kb.instr("vector", "tensor_reduce", part, {"data": x.region}, op=op, axis=(1,),
+                      negate=False, keepdims=True)
+        if self.accumulate:
+            acc = accs[n].region
+            accr = TileRegion(acc.tile, acc.starts, (self.rows, 1))
+            self.kb.instr("vector", "tensor_tensor", accr, {"data1": accr, "data2": part}, op=op)
+            return accs[n]
+        return self._finish_reduction(n, TVal("row", part))
+
+    def _access(self, host: str, numel: int, dtype_name: str, offset0: int, st: list[int],
+                full: bool, kind: str = "input", word: int = 0) -> HBMAccess:
+        scale = word_scale(dtype_name)
+        hw = hw_dtype(dtype_name)
+        if kind == "output":
+            t = host  # an HBMTensor already
+        else:
+            t = self.kb.param(host, numel * scale, hw, kind)
+        off = (offset0 + self.offset_expr(st)) * scale + word
+        prow = st[self.P] * scale if self.P is not None else 0
+        rows = self.rows if self.P is not None else 1
+        pat = ((prow, rows), (st[self.F] * scale if full else 1, self.cols if full else 1))
+        return HBMAccess(t, sympy.expand(off), pat)
+
+    def _load(self, consumer: fx.Node, a: fx.Node, loads) -> TVal:
+        st = self.loads[(consumer, a)]
+        key = (a, tuple(st))
+        if key in loads:
+            return loads[key]
+        src = self.sources[a]
+        full = self.F is not None and st[self.F] != 0
+        acc = self._access(src.host, src.base_extent, src.base_dtype, src.meta.storage_offset, st, full)
+        kind = "full" if full else "row"
+        dst = self.ctx.new(kind, acc.tensor.dtype)
+        self.kb.dma(dst, acc)
+        loads[key] = TVal(kind, dst)
+        return loads[key]
+
+    def _store(self, n: fx.Node, v: TVal) -> None:
+        st = self.stores[n]
+        out = self.out_tensors[n]
+        meta = self.out_meta[n]
+        full = self.F is not None and st[self.F] != 0
+        kind = "full" if full else "row"
+        hw = hw_dtype(meta.dtype)
+        if v.kind != kind or v.kind == "scalar" or (meta.dtype == "bool" and v.dtype != "uint8"):
+            v = copy(self.ctx, v, hw if v.kind == "scalar" else v.dtype, kind) \
+                if meta.dtype != "bool" else scalar_op(self.ctx, copy(self.ctx, v, "float32", kind),
+                                                       "not_equal", 0, "uint8")
+        words = [0, 1] if meta.dtype == "int64" else [0]
+        for w in words:
+            src = v.region
+            if w == 1:  # high word of an int64: the sign
+                neg = scalar_op(self.ctx, v, "less", 0, "int32")
+                src = scalar_op(self.ctx, neg, "multiply", -1, "int32").region
+            acc = self._access(out, 0, meta.dtype, 0, st, full, "output", w)
+            self.kb.dma(acc, src)
+
+
+def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
+                out_tensors: dict, out_meta: dict, free_chunk: int) -> None:
+    """Emit the kernel body for ``group`` into ``kb``. ``out_tensors[n]`` are the HBM outputs."""
+    lw = _FusedLowering(group, sources, kb, free_chunk)
+    lw.out_tensors, lw.out_meta = out_tensors, out_meta
+    lw.plan()
+    lw.emit()
