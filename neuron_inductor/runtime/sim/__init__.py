@@ -26,7 +26,8 @@ from typing import Any
 
 from . import isa as nisa
 from . import language as nl
-from .counters import Counters, TraceRecord, counters, last_call_counters, record_trace, reset_counters
+from .counters import (Counters, TraceRecord, counters, last_call_counters, record_trace,
+                       reset_counters)
 from .errors import SimulatorError
 from .jit import SimKernel, jit, simulate
 from .state import current_limits, override_limits

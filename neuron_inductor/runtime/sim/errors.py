@@ -8,6 +8,7 @@ found), the kernel and the kernel source line that issued the instruction.
 from __future__ import annotations
 
 import linecache
+import re
 import sys
 from typing import Any
 
@@ -49,27 +50,40 @@ def _local_name(frame: Any, obj: Any) -> str | None:
     return None
 
 
-def describe(obj: Any, frame: Any = None) -> str:
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=[^=]")
+
+
+def _assigned_name(frame: Any) -> str | None:
+    """For a refused allocation: the variable the kernel line was about to bind."""
+    if frame is None:
+        return None
+    m = _ASSIGN.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+    return m.group(1) if m else None
+
+
+def describe(obj: Any, frame: Any = None, allocating: bool = False) -> str:
     """Human description of a tile / HBM view / access pattern for error messages."""
     alloc = getattr(obj, "alloc", None)
     if alloc is None:
         return repr(obj)
-    var = _local_name(frame, obj)
+    var = _local_name(frame, obj) or (_assigned_name(frame) if allocating else None)
     label = var if var else alloc.name
     if var and alloc.name and alloc.name != var and not alloc.name.startswith(alloc.buffer):
         label = f"{var} ({alloc.name})"
     return f"{label}: {alloc.buffer} {alloc.dtype_name}{list(alloc.shape)} {obj.region_text()}"
 
 
-def refuse(rule: str, detail: str, *objs: Any) -> SimulatorError:
-    """Build (not raise) the error for ``rule``; callers ``raise refuse(...)``."""
+def refuse(rule: str, detail: str, *objs: Any, allocating: bool = False) -> SimulatorError:
+    """Build (not raise) the error for ``rule``; callers ``raise refuse(...)``.
+
+    ``allocating`` marks a refused allocation, whose tile is not bound to a variable yet."""
     from .state import current
 
     ctx = current()
     kernel = ctx.name if ctx is not None else None
     frame = _kernel_frame(ctx.code) if ctx is not None else None
     lineno = frame.f_lineno if frame is not None else None
-    tiles = tuple(describe(o, frame) for o in objs if o is not None)
+    tiles = tuple(describe(o, frame, allocating) for o in objs if o is not None)
     where = ""
     if kernel is not None:
         where = f" in kernel '{kernel}'"

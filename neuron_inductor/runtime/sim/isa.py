@@ -169,8 +169,9 @@ def dma_copy(ctx: KernelContext, *, dst: Any, src: Any, dst_rmw_op: Any = None,
         dst.mark_written()
     h = dst if dst.memory == "hbm" else src
     n = int(np.prod(h.shape, dtype=np.int64))
-    ctx.count("dma", "dma_copy", h.shape[0] if h.shape else 1, n // max(1, h.shape[0] if h.shape else 1),
-              _names(dst, src), _mems(dst, src), nbytes=n * h.itemsize, store=dst.memory == "hbm")
+    rows = max(1, h.shape[0]) if h.shape else 1
+    ctx.count("dma", "dma_copy", rows, n // rows, _names(dst, src), _mems(dst, src),
+              nbytes=n * h.itemsize, store=dst.memory == "hbm")
 
 
 # --- TensorE -----------------------------------------------------------------------------------

@@ -112,12 +112,14 @@ class KernelContext:
             if alloc.bytes_pp > lim.psum_bank_bytes:
                 raise refuse("psum-capacity",
                              f"PSUM tile needs {alloc.bytes_pp} bytes per partition; a PSUM tile "
-                             f"must fit in one {lim.psum_bank_bytes}-byte bank", alloc.whole())
+                             f"must fit in one {lim.psum_bank_bytes}-byte bank", alloc.whole(),
+                             allocating=True)
             banks = -(-alloc.bytes_pp // lim.psum_bank_bytes)
             if self.psum_banks_live + banks > lim.psum_banks:
                 raise refuse("psum-capacity",
                              f"allocating this PSUM tile makes {self.psum_banks_live + banks} banks "
-                             f"live; PSUM has {lim.psum_banks}", alloc.whole())
+                             f"live; PSUM has {lim.psum_banks}", alloc.whole(),
+                             allocating=True)
             alloc.banks = banks
             self.psum_banks_live += banks
         else:
@@ -125,7 +127,8 @@ class KernelContext:
                 raise refuse("sbuf-capacity",
                              f"live SBUF would be {self.sbuf_live + alloc.bytes_pp} bytes per "
                              f"partition (this tile {alloc.bytes_pp}); the target allows "
-                             f"{lim.sbuf_bytes_per_partition}", alloc.whole())
+                             f"{lim.sbuf_bytes_per_partition}", alloc.whole(),
+                             allocating=True)
             self.sbuf_live += alloc.bytes_pp
         self.scopes[-1].append(alloc)
 
