@@ -93,8 +93,8 @@ def _docstring(k: Kernel) -> list[str]:
     if k.plan:
         lines += ["", "Tile plan:"] + textwrap.wrap(k.plan, 96, initial_indent="    ",
                                                    subsequent_indent="    ")
-    lines += ["", "Parameters (flat HBM spans):"] + [f"    {_hbm_line(p)}" for p in k.params]
-    lines += ["", "Returns:"] + [f"    {_hbm_line(t)}" for t in k.returned]
+    lines += ["", "Parameters (flat HBM spans):"] + ([f"    {_hbm_line(p)}" for p in k.params] or ["    (none)"])
+    lines += ["", "Returns:"] + ([f"    {_hbm_line(t)}" for t in k.returned] or ["    (none)"])
     lines = [_doc_safe(x) for x in lines]
     return ['"""' + lines[0]] + lines[1:] + ['"""']
 

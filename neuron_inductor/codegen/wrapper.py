@@ -110,7 +110,9 @@ def generate_wrapper_module(program: Program) -> str:
             bufs = [f"buf{nbuf + i}" for i in range(len(ret))]
             nbuf += len(ret)
             call_args = ", ".join(f"host.hbm({a}, {p.dtype!r})" for a, p in zip(step.args, k.params))
-            body.append(f"{_targets(bufs)} = kernels.{k.name}({call_args})")
+            # a kernel returns one buffer bare and several as a tuple (as its ``return`` statement does)
+            lhs = bufs[0] if len(bufs) == 1 else ", ".join(bufs) if bufs else "_"
+            body.append(f"{lhs} = kernels.{k.name}({call_args})")
             for res, buf, meta in zip(step.results, bufs, step.result_meta):
                 if meta is None:
                     body.append(f"{res} = {buf}")

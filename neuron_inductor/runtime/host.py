@@ -47,7 +47,8 @@ def _reinterpret(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
             (a in words and b in wide):
         return flat.view(b)
     if a == torch.bool and b.itemsize == 1:
-        return flat.view(torch.uint8).view(b)
+        flat = flat.view(torch.uint8)
+        return flat if b == torch.uint8 else flat.view(b)
     if b == torch.bool and a.itemsize == 1:
         return flat.view(torch.bool)
     raise TypeError(f"cannot reinterpret {a} as {b} without a conversion")

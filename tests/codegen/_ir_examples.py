@@ -129,3 +129,13 @@ def row_reduce(rows: int = 300, cols: int = 700, free: int = 512) -> Kernel:
 
 
 ALL = {"pointwise": pointwise_ragged, "matmul": matmul_k_tiled, "gather": gather_rows, "reduce": row_reduce}
+
+
+def copy_kernel(name: str, numel: int, dtype: str) -> Kernel:
+    """out = in, element for element through one [1, numel] SBUF tile (a wrapper round-trip probe)."""
+    src = HBMTensor("in0", numel, dtype)
+    out = HBMTensor("out0", numel, dtype, "output")
+    t = Tile("t", (1, numel), dtype)
+    body = [Alloc(t), Dma(t.full(), HBMAccess(src, 0, ((numel, 1), (1, numel)))),
+            Dma(HBMAccess(out, 0, ((numel, 1), (1, numel))), t.full())]
+    return Kernel(name, [src], [out], body, provenance=[f"copy {dtype}[{numel}]"])
