@@ -54,11 +54,14 @@ def load_dir(path: str) -> CompiledModule:
 def load_sources(sources: dict[str, str]) -> CompiledModule:
     """Write ``{"kernels.py": ..., "wrapper.py": ...}`` (``.py`` optional) to a fresh private temp dir
     (mode 0700, from ``mkdtemp``) and load it."""
-    path = tempfile.mkdtemp(prefix="neuron_inductor_")
+    files = {}
     for name, text in sources.items():
         fname = name if name.endswith(".py") else f"{name}.py"
         if not _FILE_NAME.match(fname):
             raise ValueError(f"bad generated file name {name!r}")
+        files[fname] = text
+    path = tempfile.mkdtemp(prefix="neuron_inductor_")
+    for fname, text in files.items():
         with open(os.path.join(path, fname), "w", encoding="utf-8") as f:
             f.write(text)
     return load_dir(path)

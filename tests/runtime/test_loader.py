@@ -1,0 +1,64 @@
+"""Loading compiled graphs from directories / in-memory sources."""
+from __future__ import annotations
+
+import os
+import stat
+import traceback
+
+import pytest
+
+from neuron_inductor.runtime.loader import CompiledModule, load_dir, load_sources
+
+KERNELS = "SCALE = {scale}\n"
+WRAPPER = """from neuron_inductor.runtime import host
+kernels = host.load_sibling(__file__, "kernels")
+
+
+def call(args):
+    (x,) = args
+    args.clear()
+    if x is None:
+        raise RuntimeError("boom from the wrapper")
+    return (x * kernels.SCALE,)
+"""
+
+
+def test_load_sources_runs_and_exposes_sources():
+    m = load_sources({"kernels.py": KERNELS.format(scale=3), "wrapper": WRAPPER})
+    assert isinstance(m, CompiledModule)
+    args = [2]
+    assert m(args) == (6,) and args == []
+    assert m.kernels_source == "SCALE = 3\n" and m.wrapper_source == WRAPPER
+    assert os.path.isfile(os.path.join(m.path, "wrapper.py"))
+    assert stat.S_IMODE(os.stat(m.path).st_mode) == 0o700  # private temp dir
+
+
+def test_two_graphs_never_collide():
+    a = load_sources({"kernels": KERNELS.format(scale=2), "wrapper": WRAPPER})
+    b = load_sources({"kernels": KERNELS.format(scale=5), "wrapper": WRAPPER})
+    assert a.path != b.path
+    assert a([1]) == (2,) and b([1]) == (5,)
+    assert a.wrapper.__name__ != b.wrapper.__name__
+
+
+def test_traceback_shows_generated_source_line():
+    m = load_sources({"kernels": KERNELS.format(scale=1), "wrapper": WRAPPER})
+    with pytest.raises(RuntimeError) as info:
+        m([None])
+    text = "".join(traceback.format_exception(info.value))
+    assert os.path.join(m.path, "wrapper.py") in text
+    assert 'raise RuntimeError("boom from the wrapper")' in text
+
+
+def test_load_dir(tmp_path):
+    (tmp_path / "kernels.py").write_text(KERNELS.format(scale=7))
+    (tmp_path / "wrapper.py").write_text(WRAPPER)
+    m = load_dir(str(tmp_path))
+    assert m([1]) == (7,) and m.path == str(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no wrapper.py"):
+        load_dir(str(tmp_path / "missing"))
+
+
+def test_bad_file_name_refused():
+    with pytest.raises(ValueError, match="bad generated file name"):
+        load_sources({"../evil.py": "", "wrapper.py": WRAPPER})
