@@ -1,0 +1,420 @@
+"""``neuron-inductor cache ...``: see, check and manage the compile cache.
+
+Human-readable tables by default, ``--json`` for scripts. Exit codes: 0 ok, 1 a problem was found
+(bad entries, unknown key, insecure dir, bad import), 2 usage error. ``cli.py`` mounts this with
+:func:`add_cache_parser` and dispatches to :func:`run_cache`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from neuron_inductor.cache import manage
+from neuron_inductor.cache.store import META, RECORD, CacheSecurityError, Store, default_root
+
+
+class UsageError(Exception):
+    pass
+
+
+def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``cache`` command group to a parent's ``add_subparsers()`` object."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cache-dir", default=argparse.SUPPRESS,
+                        help="cache directory (default: $NEURON_INDUCTOR_CACHE_DIR or "
+                             "~/.cache/neuron_inductor)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output")
+    p = subparsers.add_parser("cache", parents=[common], help="inspect and manage the compile cache",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(_cache_parser=p)
+    sub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND")
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=help, description=help)
+
+    s = add("list", "one row per entry: key, graph, inputs, kind, kernels, size, age, hits")
+    s.add_argument("--shape", help="only entries with an input of this shape, e.g. 4x128x64")
+    s.add_argument("--model", help="only entries whose graph name or summary contains this")
+    s.add_argument("--older-than", help="only entries unused for this long (90s, 30m, 12h, 7d)")
+    s = add("show", "the key record, metadata, cost counters and kernel sources of one entry")
+    s.add_argument("key", help="key or unique key prefix")
+    s.add_argument("--cost", action="store_true", help="only the cost counters table")
+    add("stats", "entries, size, hits and misses (all processes), by package version")
+    s = add("verify", "check every entry's checksums")
+    s.add_argument("--remove", action="store_true", help="delete the entries that fail")
+    s = add("prune", "remove entries by size cap (LRU), age or package version")
+    s.add_argument("--max-size", help="shrink to this size, least recently used first (10G, 500M)")
+    s.add_argument("--older-than", help="remove entries unused for this long (12h, 7d, 2w)")
+    s.add_argument("--old-versions", action="store_true",
+                   help="remove entries built by other neuron_inductor sources or cache schemas")
+    s.add_argument("--dry-run", action="store_true", help="only show what would be removed")
+    s = add("clear", "remove every entry")
+    s.add_argument("--yes", action="store_true", help="do not ask")
+    s = add("explain", "why did a graph miss? diff its key record against the nearest entry")
+    s.add_argument("key", nargs="?", help="an entry's key or prefix (default: the newest entry)")
+    s.add_argument("--record", help="a key record JSON file (record.json) to explain instead")
+    s = add("export", "write verified entries to a .tar.gz (to warm other machines)")
+    s.add_argument("file")
+    s.add_argument("--key", action="append", help="only this key or prefix (repeatable)")
+    s = add("import", "add the verified entries of a .tar.gz made by export")
+    s.add_argument("file")
+    return p
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    """Run a parsed ``cache`` command; returns the exit code."""
+    cmd = getattr(args, "cache_command", None)
+    if cmd is None:
+        args._cache_parser.print_help(sys.stderr)
+        return 2
+    handler = _COMMANDS[cmd]
+    root = Path(getattr(args, "cache_dir", None) or default_root(_config()))
+    try:
+        return handler(args, root)
+    except UsageError as e:
+        print(f"neuron-inductor cache {cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except CacheSecurityError as e:
+        print(f"neuron-inductor cache {cmd}: {e}", file=sys.stderr)
+        return 1
+
+
+def _config() -> Any:
+    from neuron_inductor.config import get_config
+
+    return get_config()
+
+
+def _store(root: Path, create: bool = False) -> Store | None:
+    if not root.exists() and not create:
+        return None
+    return Store(root, create=create)
+
+
+def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        human()
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _ago(t: float | None) -> str:
+    return "-" if not t else manage.human_age(time.time() - t) + " ago"
+
+
+def _age_arg(text: str | None) -> float | None:
+    try:
+        return None if text is None else manage.parse_age(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _resolve(store: Store | None, prefix: str) -> Any:
+    matches = store.find(prefix) if store is not None else []
+    if not matches:
+        return None
+    if len(matches) > 1:
+        raise UsageError(f"key prefix {prefix!r} is ambiguous: "
+                         + ", ".join(m.key[:12] for m in matches[:5]))
+    return matches[0]
+
+
+# -- commands ---------------------------------------------------------------------------------------
+def _cmd_list(args: argparse.Namespace, root: Path) -> int:
+    store = _store(root)
+    older = _age_arg(args.older_than)
+    rows = [manage.entry_row(e) for e in (store.entries() if store else [])]
+    rows = [r for r in rows if manage.matches(r, args.shape, args.model, older)]
+    rows.sort(key=lambda r: r["created"])
+
+    def human() -> None:
+        if not rows:
+            print(f"no cache entries in {root}")
+            return
+        _table([[r["key"][:12], r["graph_name"], r["kind"],
+                 " ".join(manage.shape_text(s) for s in r["input_shapes"]), ",".join(r["dtype"]),
+                 str(r["n_kernels"] if r["n_kernels"] is not None else "?"), manage.human_size(r["size"]),
+                 _ago(r["created"]), _ago(r["last_hit"]), str(r["hits"]), r["summary"][:48]]
+                for r in rows],
+               ["KEY", "GRAPH", "KIND", "INPUTS", "DTYPE", "KERNELS", "SIZE", "CREATED", "LAST HIT",
+                "HITS", "SUMMARY"])
+        print(f"{len(rows)} entries, {manage.human_size(sum(r['size'] for r in rows))}")
+
+    _emit(args, rows, human)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace, root: Path) -> int:
+    e = _resolve(_store(root), args.key)
+    if e is None:
+        print(f"no cache entry with key {args.key!r} in {root}", file=sys.stderr)
+        return 1
+    meta, record = e.read_json(META), e.read_json(RECORD)
+    files = (e.manifest or {}).get("files", {})
+    sources = {n: (e.path / n).read_text(errors="replace") for n in sorted(files) if n.endswith(".py")}
+    cost = meta.get("cost")
+    data = {"key": e.key, "path": str(e.path), "manifest": e.manifest, "record": record, "meta": meta,
+            "hits": e.hits, "sources": sources}
+    if args.cost:
+        data = {"key": e.key, "cost": cost}
+
+    def human() -> None:
+        if not args.cost:
+            print(f"key      {e.key}\npath     {e.path}\nsize     {manage.human_size(e.size)}   "
+                  f"created {_ago(e.created)}   last hit {_ago(e.last_used if e.hits else None)}   "
+                  f"hits {e.hits}")
+            print("\n== meta ==")
+            for k, v in sorted(meta.items()):
+                if k != "cost":
+                    print(f"  {k:<18} {v}")
+            print("\n== key record ==")
+            for k, v in manage.flatten_record_for_show(record):
+                print(f"  {k:<18} {v}")
+        print("\n== cost ==" if not args.cost else f"cost counters of {e.key[:12]}")
+        _print_cost(cost)
+        if not args.cost:
+            for name, text in sources.items():
+                print(f"\n== {name} ==\n{text.rstrip()}")
+
+    _emit(args, data, human)
+    return 0
+
+
+def _print_cost(cost: Any) -> None:
+    if not cost:
+        print("  (no cost counters recorded for this entry)")
+    elif isinstance(cost, dict) and all(isinstance(v, dict) for v in cost.values()):
+        cols = sorted({c for v in cost.values() for c in v})
+        _table([[k, *[str(v.get(c, "")) for c in cols]] for k, v in cost.items()], ["", *cols])
+    elif isinstance(cost, dict):
+        _table([[k, str(v)] for k, v in cost.items()], ["COUNTER", "VALUE"])
+    else:
+        print(f"  {cost}")
+
+
+def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
+    from neuron_inductor.cache.stats import read_persisted
+
+    store = _store(root)
+    infos = list(store.entries(all_versions=True)) if store else []
+    by_version: dict[str, dict] = {}
+    for e in infos:
+        v = by_version.setdefault((e.manifest or {}).get("package_version") or "?",
+                                  {"entries": 0, "bytes": 0})
+        v["entries"] += 1
+        v["bytes"] += e.size
+    counters = read_persisted(root) if store else {}
+    total: dict[str, float] = {}
+    for c in counters.values():
+        for k, n in c.items():
+            total[k] = total.get(k, 0) + n
+    hits, misses = total.get("hits", 0), total.get("misses", 0)
+    quarantine = root / "quarantine"
+    data = {"cache_dir": str(root), "entries": len(infos), "bytes": sum(e.size for e in infos),
+            "max_bytes": _config().cache_max_bytes, "hits": hits, "misses": misses,
+            "hit_rate": hits / (hits + misses) if hits + misses else None,
+            "counters": total, "counters_by_version": counters, "entries_by_version": by_version,
+            "quarantined_on_disk": len(list(quarantine.iterdir())) if quarantine.is_dir() else 0}
+
+    def human() -> None:
+        print(f"cache directory          {root}")
+        print(f"entries                  {data['entries']}")
+        print(f"size                     {manage.human_size(data['bytes'])} "
+              f"(max {manage.human_size(data['max_bytes'])})")
+        rate = f"{100 * data['hit_rate']:.1f} %" if data["hit_rate"] is not None else "-"
+        print(f"hits                     {hits:.0f}\nmisses                   {misses:.0f}\n"
+              f"hit rate                 {rate}")
+        for k in sorted(total):
+            if k not in ("hits", "misses"):
+                print(f"{k.replace('_', ' '):<24} {total[k]:g}")
+        print(f"quarantined on disk      {data['quarantined_on_disk']}")
+        if by_version or counters:
+            print("by package version:")
+            for v in sorted(set(by_version) | set(counters)):
+                bv, cv = by_version.get(v, {}), counters.get(v, {})
+                print(f"  {v:<10} {bv.get('entries', 0)} entries, "
+                      f"{manage.human_size(bv.get('bytes', 0))}, {cv.get('hits', 0):.0f} hits, "
+                      f"{cv.get('misses', 0):.0f} misses")
+
+    _emit(args, data, human)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace, root: Path) -> int:
+    store = _store(root)
+    results = manage.verify_all(store) if store else []
+    bad = [r for r in results if not r["ok"]]
+    if args.remove:
+        for r in bad:
+            store.remove(Path(r["path"]))  # type: ignore[union-attr]
+            r["removed"] = True
+
+    def human() -> None:
+        for r in bad:
+            print(f"BAD  {r['key'][:12]}  {r['problem']}{'  (removed)' if r.get('removed') else ''}")
+        print(f"{len(results) - len(bad)} ok, {len(bad)} bad")
+        if bad and not args.remove:
+            print("run `neuron-inductor cache verify --remove` to delete the bad entries")
+
+    _emit(args, {"checked": len(results), "bad": bad}, human)
+    return 1 if bad else 0
+
+
+def _cmd_prune(args: argparse.Namespace, root: Path) -> int:
+    store = _store(root)
+    try:
+        max_size = manage.parse_size(args.max_size) if args.max_size else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    older = _age_arg(args.older_than)
+    if max_size is None and older is None and not args.old_versions:
+        max_size = _config().cache_max_bytes  # like `ccache -c`: enforce the configured cap
+    plan = manage.plan_prune(store, max_size, older, args.old_versions) if store else manage.PrunePlan()
+    if store and not args.dry_run:
+        manage.apply_prune(store, plan)
+    rows = [{"key": e.key, "size": e.size, "reason": plan.reasons[e.key]} for e in plan.remove]
+
+    def human() -> None:
+        verb = "would remove" if args.dry_run else "removed"
+        for r in rows:
+            print(f"{verb} {r['key'][:12]}  {manage.human_size(r['size'])}  {r['reason']}")
+        for p in plan.other_dirs:
+            print(f"{verb} {p} (other cache schema)")
+        print(f"{verb} {len(rows)} entries, {manage.human_size(plan.bytes)}")
+
+    _emit(args, {"dry_run": args.dry_run, "removed": rows, "bytes": plan.bytes,
+                 "other_dirs": [str(p) for p in plan.other_dirs]}, human)
+    return 0
+
+
+def _cmd_clear(args: argparse.Namespace, root: Path) -> int:
+    store = _store(root)
+    if store is None:
+        _emit(args, {"removed": 0, "bytes": 0}, lambda: print(f"nothing to clear in {root}"))
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("refusing to clear without --yes (stdin is not a terminal)")
+        if input(f"remove every entry in {root}? [y/N] ").strip().lower() not in ("y", "yes"):
+            return 0
+    n, size = manage.clear(store)
+    _emit(args, {"removed": n, "bytes": size},
+          lambda: print(f"removed {n} entries, {manage.human_size(size)} from {root}"))
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace, root: Path) -> int:
+    store = _store(root)
+    exclude = None
+    if args.record:
+        try:
+            record = json.loads(Path(args.record).read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot read record {args.record}: {e}") from None
+        from neuron_inductor.cache.key import key_of
+
+        exclude_hit = key_of(record)
+        if store is not None and store.entry_dir(exclude_hit).is_dir():
+            _emit(args, {"key": exclude_hit, "exact_match": True, "differences": []},
+                  lambda: print(f"an entry with exactly this key exists ({exclude_hit[:12]}): it hits"))
+            return 0
+    else:
+        entries = list(store.entries()) if store else []
+        if args.key:
+            e = _resolve(store, args.key)
+        else:
+            e = max(entries, key=lambda x: x.created) if entries else None
+        if e is None:
+            print(f"no cache entry {'with key ' + repr(args.key) if args.key else ''} in {root}",
+                  file=sys.stderr)
+            return 1
+        record, exclude = e.read_json(RECORD), e.key
+    near, diff = manage.nearest(store, record, exclude=exclude) if store else (None, [])
+    data = {"nearest": near.key if near else None, "differences":
+            [{"field": f, "this": a, "nearest": b} for f, a, b in diff]}
+
+    def human() -> None:
+        if near is None:
+            print("no other entry to compare with: this graph was the first of its kind")
+            return
+        meta = near.read_json(META)
+        print(f"nearest entry {near.key[:12]} ({meta.get('graph_name', '?')}, {meta.get('kind', '?')}) "
+              f"differs in {len(diff)} field(s):")
+        _table([[f, _short(a), _short(b)] for f, a, b in diff], ["FIELD", "THIS", "NEAREST"])
+
+    _emit(args, data, human)
+    return 0
+
+
+def _short(v: Any, n: int = 70) -> str:
+    s = v if isinstance(v, str) else json.dumps(v)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _cmd_export(args: argparse.Namespace, root: Path) -> int:
+    store = _store(root)
+    if store is None:
+        raise UsageError(f"no cache at {root}")
+    keys = None
+    if args.key:
+        keys = [e.key for k in args.key for e in store.find(k)]
+    res = manage.export(store, Path(args.file), keys)
+    _emit(args, res, lambda: print(f"exported {len(res['exported'])} entries to {args.file}"
+                                   + (f"; skipped {len(res['skipped'])} bad" if res["skipped"] else "")))
+    return 1 if res["skipped"] else 0
+
+
+def _cmd_import(args: argparse.Namespace, root: Path) -> int:
+    if not Path(args.file).is_file():
+        raise UsageError(f"no such file {args.file}")
+    store = _store(root, create=True)
+    assert store is not None
+    try:
+        res = manage.import_(store, Path(args.file))
+    except (OSError, EOFError, __import__("tarfile").TarError) as e:
+        print(f"neuron-inductor cache import: cannot read {args.file}: {e}", file=sys.stderr)
+        return 1
+
+    def human() -> None:
+        for b in res["bad"]:
+            print(f"BAD  {b['key'][:12]}  {b['problem']}")
+        print(f"imported {len(res['imported'])}, already present {len(res['already_present'])}, "
+              f"rejected {len(res['bad'])}")
+
+    _emit(args, res, human)
+    return 1 if res["bad"] else 0
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Path], int]] = {
+    "list": _cmd_list, "show": _cmd_show, "stats": _cmd_stats, "verify": _cmd_verify,
+    "prune": _cmd_prune, "clear": _cmd_clear, "explain": _cmd_explain, "export": _cmd_export,
+    "import": _cmd_import,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry (``python -m neuron_inductor.cli_cache list``), same as ``neuron-inductor cache``."""
+    parser = argparse.ArgumentParser(prog="neuron-inductor")
+    add_cache_parser(parser.add_subparsers(dest="command"))
+    try:
+        args = parser.parse_args(["cache", *(argv if argv is not None else sys.argv[1:])])
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    return run_cache(args)
+
+
+__all__ = ["add_cache_parser", "run_cache", "main"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
