@@ -19,6 +19,7 @@ left alone (transformers already picks ``neuron`` for torch-neuronx).
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import importlib.util
 import os
 import stat
@@ -260,10 +261,52 @@ def _guarded(fn: Callable[[ModuleType], None], module: ModuleType) -> None:
         errors.append(f"{fn.__name__}: {type(exc).__name__}: {exc}")
 
 
+class _WatchedSpec(importlib.machinery.ModuleSpec):
+    """A module spec that runs callbacks when the import system marks its module initialised.
+
+    Needed when torch is imported *from inside* a module we want to patch (transformers'
+    ``training_args`` imports torch half-way through its body): the module is already in
+    ``sys.modules`` but its classes do not exist yet. ``importlib`` sets ``spec._initializing =
+    False`` right after the body has run; this property turns that into our trigger, then the spec
+    gets its own class back.
+    """
+
+    @property
+    def _initializing(self) -> bool:
+        return self.__dict__.get("_initializing", False)
+
+    @_initializing.setter
+    def _initializing(self, value: bool) -> None:
+        self.__dict__["_initializing"] = value
+        if value:
+            return
+        callbacks = self.__dict__.pop("_ni_callbacks", [])
+        self.__class__ = self.__dict__.pop("_ni_class", importlib.machinery.ModuleSpec)
+        module = sys.modules.get(self.name)
+        for fn in callbacks:
+            if module is not None:
+                _guarded(fn, module)
+
+
+def _after_initialised(spec: importlib.machinery.ModuleSpec, fn: Callable[[ModuleType], None]) -> None:
+    if type(spec) is not _WatchedSpec:
+        if type(spec) is not importlib.machinery.ModuleSpec:
+            return  # an unknown spec class: leave it alone rather than guess its layout
+        initializing = spec.__dict__.get("_initializing", True)
+        spec.__class__ = _WatchedSpec
+        spec.__dict__["_ni_class"] = importlib.machinery.ModuleSpec
+        spec.__dict__["_initializing"] = initializing
+    spec.__dict__.setdefault("_ni_callbacks", []).append(fn)
+
+
 def _when_imported(name: str, fn: Callable[[ModuleType], None]) -> None:
     module = sys.modules.get(name)
     if module is not None:
-        _guarded(fn, module)
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and getattr(spec, "_initializing", False):
+            _after_initialised(spec, fn)  # we are being imported from inside its body
+        else:
+            _guarded(fn, module)
         return
     _hooks.hooks[name] = fn
     if _hooks not in sys.meta_path:

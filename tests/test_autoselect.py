@@ -3,6 +3,7 @@ fresh interpreter that imports only torch (and transformers): no import of ours 
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -134,6 +135,24 @@ def test_post_import_hook_runs_once_and_never_raises(tmp_path, monkeypatch):
         sys.modules.pop("ni_fake_b", None)
 
 
+def test_hook_for_a_module_that_imports_us_halfway(tmp_path, monkeypatch):
+    """transformers' training_args imports torch (so our autoload) before defining its classes."""
+    (tmp_path / "ni_fake_outer.py").write_text("import ni_fake_inner\nVALUE = 41\n")
+    (tmp_path / "ni_fake_inner.py").write_text(
+        "from neuron_inductor import autoselect\n"
+        "def bump(m):\n    m.VALUE += 1\n"
+        "autoselect._when_imported('ni_fake_outer', bump)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import ni_fake_outer
+        assert ni_fake_outer.VALUE == 42, autoselect.errors
+        assert type(ni_fake_outer.__spec__) is importlib.machinery.ModuleSpec  # class given back
+        assert autoselect.errors == []
+    finally:
+        sys.modules.pop("ni_fake_outer", None)
+        sys.modules.pop("ni_fake_inner", None)
+
+
 def _fake_training_args() -> types.ModuleType:
     @dataclasses.dataclass
     class TrainingArguments:
@@ -226,6 +245,18 @@ def test_simulated_trainium_host_selects_neuron_with_no_import(tmp_path):
     assert out["trainer_backend"] == "neuron"
     if _HAVE_BACKEND:
         assert out["compiled_with"].startswith("neuron_inductor")
+
+
+def test_trainer_default_when_transformers_is_imported_before_torch(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_INDUCTOR_", "_NEURON"))}
+    env.update(NEURON_INDUCTOR_HOST="trn2", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    code = ("from transformers import TrainingArguments\n"  # imports torch half-way through itself
+            f"a = TrainingArguments(output_dir={str(tmp_path / 'out')!r}, torch_compile=True, "
+            "report_to='none')\nprint('BACKEND', a.torch_compile_backend)")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "BACKEND neuron" in res.stdout
 
 
 def test_elsewhere_nothing_changes(tmp_path):
