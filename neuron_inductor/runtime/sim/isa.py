@@ -10,6 +10,7 @@ instruction is counted per engine (and traced when a trace is recording).
 from __future__ import annotations
 
 import functools
+import math
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -120,14 +121,6 @@ def _write(dst: Tensor, values: np.ndarray) -> None:
     dst.array[...] = dt.cast_to(values, dst.dtype).reshape(dst.shape)
 
 
-def _names(*ts: Any) -> tuple[str, ...]:
-    return tuple(dt.NAMES.get(t.dtype, str(t.dtype)) for t in ts if hasattr(t, "dtype"))
-
-
-def _mems(*ts: Any) -> tuple[str, ...]:
-    return tuple(t.memory for t in ts if hasattr(t, "memory"))
-
-
 def _apply(op: Op, a: np.ndarray, b: Any, a_int: bool, b_int: bool, api: str,
            *ts: Any) -> np.ndarray:
     if op.kind == "bitvec":
@@ -168,9 +161,9 @@ def dma_copy(ctx: KernelContext, *, dst: Any, src: Any, dst_rmw_op: Any = None,
         dst.array[...] = values
         dst.mark_written()
     h = dst if dst.memory == "hbm" else src
-    n = int(np.prod(h.shape, dtype=np.int64))
+    n = math.prod(h.shape)
     rows = max(1, h.shape[0]) if h.shape else 1
-    ctx.count("dma", "dma_copy", rows, n // rows, _names(dst, src), _mems(dst, src),
+    ctx.count("dma", "dma_copy", rows, n // rows, operands=(dst, src),
               nbytes=n * h.itemsize, store=dst.memory == "hbm")
 
 
@@ -217,7 +210,7 @@ def nc_matmul(ctx: KernelContext, *, dst: Any, stationary: Any, moving: Any,
         out += res
     else:
         out[...] = res
-    ctx.count("tensor", "nc_matmul", k, n, _names(d, s, m), _mems(d, s, m), dims=(k, mm, n))
+    ctx.count("tensor", "nc_matmul", k, n, operands=(d, s, m), dims=(k, mm, n))
 
 
 @_instr
@@ -238,7 +231,7 @@ def nc_transpose(ctx: KernelContext, *, dst: Any, data: Any, engine: Any = None)
     if d.partitions != f or d.free_size != p:
         raise refuse("transpose-shape", f"{api}: dst {list(d.shape)} must be [{f}, {p}]", d, x)
     _write(d, dt.to_f32(_rows(x)).T)
-    ctx.count(eng, "nc_transpose", p, f, _names(d, x), _mems(d, x), dims=(p, f))
+    ctx.count(eng, "nc_transpose", p, f, operands=(d, x), dims=(p, f))
 
 
 # --- ScalarE -----------------------------------------------------------------------------------
@@ -279,7 +272,7 @@ def activation(ctx: KernelContext, *, dst: Any, op: Any, data: Any, bias: Any = 
                          "together with a [P, 1] reduce_res")
         rr = _column(reduce_res, "reduce_res", api, p)
         _write(rr, REDUCERS[r.name](y, axis=1, keepdims=True))
-    ctx.count("scalar", "activation", p, x.free_size, _names(d, x), _mems(d, x))
+    ctx.count("scalar", "activation", p, x.free_size, operands=(d, x))
 
 
 # --- VectorE / GpSimd --------------------------------------------------------------------------
@@ -302,7 +295,7 @@ def tensor_tensor(ctx: KernelContext, *, dst: Any, data1: Any, data2: Any, op: A
     _same_free(api, d, a)
     ints = a.dtype in dt.INTS, b.dtype in dt.INTS
     _write(d, _apply(o, _rows(a), _rows(b), ints[0], ints[1], api, a, b))
-    ctx.count(eng, "tensor_tensor", a.partitions, a.free_size, _names(d, a, b), _mems(d, a, b))
+    ctx.count(eng, "tensor_tensor", a.partitions, a.free_size, operands=(d, a, b))
 
 
 def _scalar_operand(x: Any, role: str, api: str, p: int) -> tuple[Any, bool]:
@@ -342,7 +335,7 @@ def tensor_scalar(ctx: KernelContext, *, dst: Any, data: Any, op0: Any, operand0
         v = _apply(o, c, v, c_int, v_int, api, x) if rev else _apply(o, v, c, v_int, c_int, api, x)
         v_int = o.kind == "bitvec"
     _write(d, v)
-    ctx.count(eng, "tensor_scalar", x.partitions, x.free_size, _names(d, x), _mems(d, x))
+    ctx.count(eng, "tensor_scalar", x.partitions, x.free_size, operands=(d, x))
 
 
 @_instr
@@ -369,7 +362,7 @@ def tensor_reduce(ctx: KernelContext, *, dst: Any, op: Any, data: Any, axis: Any
         raise refuse("shape", f"{api}: dst {list(d.shape)} cannot hold the result "
                      f"{list(res.shape)}", d)
     _write(d, res)
-    ctx.count("vector", "tensor_reduce", x.partitions, x.free_size, _names(d, x), _mems(d, x))
+    ctx.count("vector", "tensor_reduce", x.partitions, x.free_size, operands=(d, x))
 
 
 @_instr
@@ -386,7 +379,7 @@ def tensor_copy(ctx: KernelContext, *, dst: Any, src: Any, engine: Any = None) -
         d.array[...] = s.array.reshape(d.shape)
     else:
         _write(d, dt.to_f32(s.array))
-    ctx.count(eng, "tensor_copy", s.partitions, s.free_size, _names(d, s), _mems(d, s))
+    ctx.count(eng, "tensor_copy", s.partitions, s.free_size, operands=(d, s))
 
 
 @_instr
@@ -405,8 +398,8 @@ def tensor_copy_predicated(ctx: KernelContext, *, dst: Any, src: Any, predicate:
     if s.dtype != d.dtype:
         vals = dt.cast_to(dt.to_f32(vals), d.dtype)
     np.copyto(d.array, vals, where=mask)
-    ctx.count("vector", "tensor_copy_predicated", s.partitions, s.free_size, _names(d, s, p),
-              _mems(d, s, p))
+    ctx.count("vector", "tensor_copy_predicated", s.partitions, s.free_size,
+              operands=(d, s, p))
 
 
 @_instr
@@ -420,7 +413,7 @@ def memset(ctx: KernelContext, *, dst: Any, value: Any, engine: Any = None) -> N
         raise refuse("operand", f"{api}: value must be a number, got {type(value).__name__}", d)
     d.array[...] = dt.cast_to(np.array([value], dtype=np.float64 if isinstance(value, float)
                                        else None), d.dtype)[0]
-    ctx.count(eng, "memset", d.partitions, d.free_size, _names(d), _mems(d))
+    ctx.count(eng, "memset", d.partitions, d.free_size, operands=(d,))
 
 
 @_instr
@@ -447,7 +440,7 @@ def iota(ctx: KernelContext, *, dst: Any, pattern: Any, offset: int = 0,
         v += (np.arange(c, dtype=np.int64) * s).reshape(shape)
     v32 = v.astype(np.int32)
     _write(d, v32.astype(d.dtype) if dt.is_float(d.dtype) else v32)
-    ctx.count("gpsimd", "iota", d.partitions, d.free_size, _names(d), _mems(d))
+    ctx.count("gpsimd", "iota", d.partitions, d.free_size, operands=(d,))
 
 
 def __getattr__(name: str) -> Any:

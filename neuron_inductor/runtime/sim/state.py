@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .counters import Counters, TraceRecord, emit, tracing
+from .dtypes import NAMES
 from .errors import refuse
 
 if TYPE_CHECKING:
@@ -143,9 +144,9 @@ class KernelContext:
         alloc.data = None  # a released tile keeps no memory; any read would be a bug anyway
 
     # --- counting -------------------------------------------------------------------------------
-    def count(self, engine: str, op: str, partitions: int, free: int, dtypes: tuple[str, ...],
-              memories: tuple[str, ...] = (), nbytes: int = 0, store: bool = False,
-              dims: tuple[int, ...] = ()) -> None:
+    def count(self, engine: str, op: str, partitions: int, free: int, operands: tuple = (),
+              nbytes: int = 0, store: bool = False, dims: tuple[int, ...] = ()) -> None:
+        """Count one instruction; ``operands`` (destination first) only feed the trace."""
         c = self.counters
         c.instructions[engine] = c.instructions.get(engine, 0) + 1
         if engine == "dma":
@@ -155,6 +156,8 @@ class KernelContext:
             else:
                 c.dma_bytes_loaded += nbytes
         if tracing():
+            dtypes = tuple(NAMES.get(t.dtype, str(t.dtype)) for t in operands)
+            memories = tuple(t.memory for t in operands)
             emit(TraceRecord(self.name, engine, op, int(partitions), int(free), dtypes, int(nbytes),
                              memories, dims))
 

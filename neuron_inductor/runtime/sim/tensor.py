@@ -293,8 +293,13 @@ class AccessPattern:
         if not self._size():
             return np.empty(self.shape, flat.dtype)
         item = flat.dtype.itemsize
-        return np.lib.stride_tricks.as_strided(flat[self.offset:], shape=self.shape,
-                                               strides=[s * item for s, _ in self.pattern])
+        strides = [s * item for s, _ in self.pattern]
+        try:  # the plain constructor is much cheaper than as_strided; bounds were checked above
+            return np.ndarray(self.shape, flat.dtype, buffer=flat, offset=self.offset * item,
+                              strides=strides)
+        except (TypeError, ValueError):
+            return np.lib.stride_tricks.as_strided(flat[self.offset:], shape=self.shape,
+                                                   strides=strides)
 
     def _check_live(self) -> None:
         if self.alloc.released:

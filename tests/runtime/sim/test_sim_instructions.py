@@ -268,3 +268,17 @@ def test_unwritten_memory_reads_as_nan():
         nisa.tensor_tensor(dst=o, data1=t, data2=scratch, op=nl.add)
 
     assert np.isnan(run_tiles(body, [rand(4, 4)], (4, 4))).all()
+
+
+def test_dma_negative_strides_reverse_rows():
+    x = rand(12, 10)
+
+    @nki.jit
+    def k(a):
+        t = nl.ndarray((12, 10), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap(pattern=[[-10, 12], [-1, 10]], offset=119))
+        out = nl.ndarray((120,), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out.ap(pattern=[[-10, 12], [1, 10]], offset=110), src=t)
+        return out
+
+    np.testing.assert_array_equal(k(x.reshape(-1)).reshape(12, 10), x[:, ::-1])

@@ -158,6 +158,8 @@ def test_counters_trace_and_reset():
     assert [(r.engine, r.op) for r in trace] == [("dma", "dma_copy"), ("vector", "tensor_scalar"),
                                                  ("dma", "dma_copy"), ("dma", "dma_copy")]
     assert trace[0].nbytes == 32 and trace[1].free == 8 and trace[1].partitions == 1
+    assert trace[0].memories == ("sbuf", "hbm") and trace[2].memories == ("hbm", "sbuf")
+    assert trace[2].dtypes == ("bfloat16", "float32") and trace[1].dtypes == ("float32", "float32")
     assert sim.last_call_counters().as_dict() == c.as_dict()
     _scale_kernel()(x, y)
     assert sim.counters().kernel_calls == 2 and len(trace) == 4  # trace stopped with the block
