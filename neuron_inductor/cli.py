@@ -45,27 +45,21 @@ def _target_info() -> dict[str, Any]:
 
 
 def _runtime_info(host: str | None) -> dict[str, Any]:
-    """Device or simulator, as the runtime would decide; falls back to the same rule it documents."""
-    try:
-        from neuron_inductor.runtime import nki as rt  # selects the real toolchain or the simulator
-
-        for attr in ("RUNTIME", "runtime", "MODE", "KIND", "runtime_kind"):
-            value = getattr(rt, attr, None)
-            value = value() if callable(value) else value
-            if isinstance(value, str):
-                return {"mode": value, "reason": f"neuron_inductor.runtime.nki.{attr}"}
-    except Exception:
-        pass
+    """Device or simulator, decided by the same function the kernel modules use."""
     from neuron_inductor import config
 
     wanted = config.get_config().runtime
     toolchain = next((m for m in ("nki", "neuronxcc") if importlib.util.find_spec(m)), None)
-    if wanted != "auto":
-        return {"mode": wanted, "reason": f"NEURON_INDUCTOR_RUNTIME={wanted}"}
-    if host and toolchain:
-        return {"mode": "device", "reason": f"Trainium host ({host}) and NKI toolchain '{toolchain}'"}
-    why = "no Trainium host" if not host else "no NKI toolchain (nki / neuronxcc) installed"
-    return {"mode": "simulator", "reason": why}
+    facts = (f"runtime={wanted}; NKI toolchain: {toolchain or 'none'}; "
+             f"Trainium host: {host or 'no'}")
+    try:
+        from neuron_inductor.runtime import nki as rt
+    except Exception as exc:  # runtime package broken or absent: say so, do not guess
+        return {"mode": "unknown", "reason": f"{facts}; runtime.nki failed to import: {exc}"}
+    try:
+        return {"mode": rt.backend(), "reason": facts}
+    except RuntimeError as exc:  # runtime='device' without hardware or toolchain
+        return {"mode": "unavailable", "reason": str(exc)}
 
 
 def _cache_info() -> dict[str, Any]:
@@ -162,6 +156,8 @@ def doctor_report() -> dict[str, Any]:
                         "(is the package installed, e.g. `pip install -e .`?)")
     elif not backend.get("loadable"):
         problems.append(f"backend cannot be loaded: {backend.get('load_error')}")
+    if report["runtime"]["mode"] in ("unavailable", "unknown"):
+        problems.append(f"runtime: {report['runtime']['reason']}")
     cache = report["cache"]
     if cache["enabled"] and not cache.get("writable"):
         problems.append(f"cache dir {cache['dir']} is not writable: compiles will run uncached")

@@ -63,6 +63,18 @@ def test_doctor_runtime_is_simulator_off_trainium(env, monkeypatch, capsys):
     assert rep["runtime"]["mode"] == "simulator"
 
 
+def test_doctor_flags_device_runtime_without_hardware(env, monkeypatch, capsys):
+    from neuron_inductor.runtime import nki
+
+    if nki.device_present() and nki._find_real():
+        pytest.skip("a real Neuron device and toolchain are present")
+    monkeypatch.setenv("NEURON_INDUCTOR_RUNTIME", "device")
+    config.reset()
+    rc, rep = _doctor(capsys)
+    assert rep["runtime"]["mode"] == "unavailable"
+    assert rc == 1 and any(p.startswith("runtime:") for p in rep["problems"])
+
+
 def test_doctor_cache_dir_not_yet_created(env, capsys):
     _, rep = _doctor(capsys)
     cache = rep["cache"]
