@@ -49,8 +49,11 @@ def _instr(fn: Callable) -> Callable:
     api = f"nisa.{fn.__name__}"
 
     @functools.wraps(fn)
-    def run(**kw: Any) -> None:
+    def run(*args: Any, **kw: Any) -> None:
         ctx = require_kernel(api)
+        if args:
+            raise refuse("operand", f"{api}: pass every operand by keyword (dst=, src=, ...); "
+                         f"got {len(args)} positional argument(s)")
         with np.errstate(all="ignore"):
             fn(ctx, **kw)
 

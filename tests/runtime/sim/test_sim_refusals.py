@@ -297,3 +297,12 @@ def test_unsupported_dtype():
 def test_instruction_outside_kernel():
     with pytest.raises(SimulatorError, match=r"\[outside-kernel\]"):
         nisa.memset(dst=None, value=0)
+
+
+def test_positional_operands_refused():
+    @nki.jit
+    def positional(x):
+        t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(t, 0.0)
+
+    refused(positional, "operand")
