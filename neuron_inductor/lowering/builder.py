@@ -97,9 +97,9 @@ class KernelBuilder:
         self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), []).append(tile)
 
     # --- statements --------------------------------------------------------------------------
-    def instr(self, engine: str, op: str, dst: TileRegion, srcs: dict[str, Operand] | None = None,
-              **attrs) -> None:
-        self.add(Instr(engine, op, dst, dict(srcs or {}), dict(attrs)))
+    def instr(self, engine: str, opcode: str, dst: TileRegion,
+              srcs: dict[str, Operand] | None = None, **attrs) -> None:
+        self.add(Instr(engine, opcode, dst, dict(srcs or {}), dict(attrs)))
 
     def dma(self, dst: HBMAccess | TileRegion, src: HBMAccess | TileRegion) -> None:
         self.add(Dma(dst, src))

@@ -122,6 +122,7 @@ class _FusedLowering:
                 if n.target not in REDUCTIONS or any(a in self.post for a in n.all_input_nodes):
                     self.post.add(n)
         self.reductions = [n for n in group.nodes if n.target in REDUCTIONS]
+        self.seeded: set[fx.Node] = set()   # values provided by the caller (a matmul result)
         self.post_nodes = self.post | set(self.reductions)
 
     # --- alignment of shapes to the domain --------------------------------------------------
@@ -153,7 +154,7 @@ class _FusedLowering:
         return st
 
     # --- planning ----------------------------------------------------------------------------
-    def plan(self) -> None:
+    def plan(self, merge: bool = True) -> None:
         accesses: list[list[int]] = []
         self.node_strides0: dict[fx.Node, list[int]] = {}
         for n in self.g.nodes:
@@ -177,14 +178,19 @@ class _FusedLowering:
                 raise LoweringError(f"output {n.name} does not fit the domain")
             self.stores0[n] = st
             accesses.append(st)
-        dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0)
+        if not merge:
+            dom, merged = list(self.D0), accesses
+            axes = [[i] for i in range(len(dom))]
+        else:
+            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0)
         R = {i for i, grp in enumerate(axes) if any(a in self.R0 for a in grp)}
         it = iter(merged)
         self.node_strides = {n: next(it) for n in self.node_strides0}
         self.loads = {k: next(it) for k in self.loads0}
         self.stores = {k: next(it) for k in self.stores0}
         self.D, self.R = dom, R
-        self._choose_axes()
+        if merge:
+            self._choose_axes()
 
     def _choose_axes(self) -> None:
         D, R = self.D, self.R
@@ -377,6 +383,10 @@ class _FusedLowering:
         loads: dict[tuple, TVal] = {}
         for n in self.g.nodes:
             is_post = n in self.post
+            if n in self.seeded:
+                if n in self.g.outputs:
+                    self._store(n, self.vals[n])
+                continue
             if pre_only and is_post:
                 continue
             if post_only and (not is_post or n in self.vals):
@@ -387,7 +397,9 @@ class _FusedLowering:
                 self.vals[n] = self._arg(n, n.args[0], loads)
             else:
                 fn = POINTWISE[n.target]
-                args = [self._arg(n, a, loads) for a in n.args]
+                skip0 = n.target is torch.ops.aten.copy_.default  # destination: written, not read
+                args = [None if (skip0 and i == 0) else self._arg(n, a, loads)
+                        for i, a in enumerate(n.args)]
                 kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}
                 try:
                     self.vals[n] = fn(self.ctx, n, *args, **kwargs)

@@ -306,3 +306,9 @@ for _op, _spec in [(aten.sum.dim_IntList, ("add", 0.0)), (aten.sum.default, ("ad
                    (aten.any.default, ("maximum", 0)), (aten.all.dim, ("minimum", 1)),
                    (aten.all.default, ("minimum", 1))]:
     REDUCTIONS[_op] = _spec
+
+
+@register_pointwise(aten.copy_.default)
+def _copy_into(ctx, node, dst, src, non_blocking=False):
+    """``copy_(dst, src)``: the group stores ``src`` into the graph input ``dst`` (an input mutation)."""
+    return src

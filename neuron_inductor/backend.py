@@ -1,0 +1,84 @@
+"""The Dynamo entry point: ``torch.compile(model, backend="neuron", options={...})``.
+
+Dynamo hands us an FX graph of torch-level ops; AOTAutograd traces it into functional ATen forward and
+backward graphs (with our decomposition table and the min-cut partitioner deciding what the backward
+recomputes) and calls our compilers, each of which goes through :func:`compile.compile_graph`.
+Attention is traced through its math form so its backward is made of ops we lower.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .config import Config, get_config
+
+log = logging.getLogger("neuron_inductor")
+
+
+def _sdpa_math():
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel(SDPBackend.MATH)
+    except Exception:  # pragma: no cover - older torch
+        return contextlib.nullcontext()
+
+
+def _make_compiler(kind: str, cfg: Config, name: str) -> Callable:
+    from .compile import compile_graph
+
+    def compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
+        gm._neuron_name = name  # type: ignore[attr-defined]
+        fn = compile_graph(gm, example_inputs, kind, cfg)
+
+        def run(args: list):  # AOTAutograd's boxed calling convention: one list, ours to clear
+            return fn(args)
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+    return compiler
+
+
+def _has_symbolic_inputs(example_inputs: list) -> bool:
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt):
+            return True
+        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape):
+            return True
+    return False
+
+
+def neuron_backend(gm: fx.GraphModule, example_inputs: list, options: dict[str, Any] | None = None,
+                   **kwargs: Any) -> Callable:
+    """Compile a Dynamo graph for Trainium (simulated on machines without one)."""
+    cfg = get_config().replace(**(options or {}))
+    if _has_symbolic_inputs(example_inputs):
+        from .dynamic import specialize_per_shape
+        return specialize_per_shape(gm, example_inputs, cfg)
+    return compile_dynamo_graph(gm, example_inputs, cfg)
+
+
+_graph_count = [0]
+
+
+def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) -> Callable:
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    from . import lowering  # noqa: F401  (registers lowerings before decompositions are chosen)
+    from .graph.decompositions import decomposition_table
+
+    name = f"g{_graph_count[0]}"
+    _graph_count[0] += 1
+    aot = aot_autograd(
+        fw_compiler=_make_compiler("forward", cfg, name),
+        bw_compiler=_make_compiler("backward", cfg, name),
+        inference_compiler=_make_compiler("inference", cfg, name),
+        decompositions=decomposition_table(),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )
+    with _sdpa_math():
+        return aot(gm, example_inputs)

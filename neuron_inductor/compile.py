@@ -1,0 +1,100 @@
+"""compile_graph: one ATen graph in, one callable out — through the cache, else the full pipeline.
+
+Stages (each a seam for tests and the cache): passes -> fusion + lowering -> codegen -> static check
+-> load. ``build_artifact`` is what the cache calls on a miss; a hit skips all of it.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from .cache import Artifact, compile_cached
+from .config import Config
+
+log = logging.getLogger("neuron_inductor")
+
+#: process-wide counters: graphs compiled, kernels generated, fallback ops by name
+counters: Counter = Counter()
+fallback_ops: Counter = Counter()
+_graph_ids: Counter = Counter()
+
+
+def reset_counters() -> None:
+    counters.clear()
+    fallback_ops.clear()
+
+
+def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Artifact:
+    """Run the whole pipeline on ``gm`` and return the generated sources with their metadata."""
+    from .codegen import check_kernel_source, generate_kernels_module, generate_wrapper_module
+    from .graph.passes import run_passes
+    from .lowering import lower_graph
+
+    t0 = time.perf_counter()
+    gm = run_passes(copy.deepcopy(gm))
+    lowered = lower_graph(gm, cfg, name)
+    program = lowered.program
+    kernels_src = generate_kernels_module(program.kernels, graph_name=name)
+    check_kernel_source(kernels_src)
+    wrapper_src = generate_wrapper_module(program)
+    counters["graphs_compiled"] += 1
+    counters["kernels_generated"] += len(program.kernels)
+    for op, shapes, reason in lowered.fallbacks:
+        fallback_ops[op] += 1
+    if lowered.fallbacks and cfg.fallback == "warn":
+        lines = "\n".join(f"  {op}({shapes}): {reason}" for op, shapes, reason in lowered.fallbacks)
+        log.warning("neuron_inductor: graph %s runs %d op(s) eagerly on the host (declared "
+                    "fallbacks):\n%s", name, len(lowered.fallbacks), lines)
+    meta = {
+        "graph_name": name,
+        "kind": kind,
+        "n_kernels": len(program.kernels),
+        "n_aten_ops": sum(1 for n in gm.graph.nodes if n.op == "call_function"),
+        "fallbacks": [{"op": op, "shapes": s, "reason": r} for op, s, r in lowered.fallbacks],
+        "compile_seconds": time.perf_counter() - t0,
+    }
+    sources = {"kernels.py": kernels_src, "wrapper.py": wrapper_src}
+    if cfg.debug_dir:
+        _dump(Path(cfg.debug_dir) / name, gm, lowered, sources)
+    return Artifact(sources, meta)
+
+
+def _dump(d: Path, gm: fx.GraphModule, lowered, sources: dict[str, str]) -> None:
+    """Debug dump: the graph after passes, the grouping, the tile IR and the modules that run."""
+    from .ir.printer import format_kernel, format_program
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "graph.txt").write_text(gm.print_readable(print_output=False))
+        groups = []
+        for i, g in enumerate(lowered.groups):
+            groups.append(f"group {i} [{g.kind}] domain={list(g.domain)} "
+                          f"reduce={sorted(g.reduce_axes)}\n" +
+                          "".join(f"    {n.format_node()}\n" for n in g.nodes))
+        (d / "groups.txt").write_text("\n".join(groups))
+        (d / "ir.txt").write_text("\n\n".join(format_kernel(k) for k in lowered.program.kernels) +
+                                  "\n\n" + format_program(lowered.program))
+        for fname, src in sources.items():
+            (d / fname).write_text(src)
+    except OSError as e:  # a debug aid must never break a compile
+        log.warning("neuron_inductor: could not write debug dump to %s: %s", d, e)
+
+
+def graph_name(gm: fx.GraphModule, kind: str) -> str:
+    base = getattr(gm, "_neuron_name", None) or "graph"
+    _graph_ids[(base, kind)] += 1
+    return f"{base}_{kind}_{_graph_ids[(base, kind)] - 1}"
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, cfg: Config) -> Callable:
+    """The compiled callable for one ATen graph (boxed: takes a list of inputs)."""
+    name = graph_name(gm, kind)
+    return compile_cached(gm, list(example_inputs), kind, cfg,
+                          lambda: build_artifact(gm, kind, cfg, name))

@@ -1,0 +1,287 @@
+"""Lower a partitioned ATen graph to a host ``Program`` of kernel launches, views and fallbacks.
+
+Each group becomes one kernel. A group that cannot be lowered as formed (it does not fit SBUF in one
+pass, a layout is not affine...) is split into single-op kernels; a single op that still cannot be
+lowered becomes a *declared fallback*: run eagerly by the wrapper, logged and counted.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+import re
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from ..config import Config
+from ..graph.fusion import Group, partition, tensor_vals, val, view_root
+from ..ir import Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
+from ..target import Target, get_target
+from .builder import KernelBuilder
+from .fused import Source, lower_fused
+from .layout import LoweringError, hw_dtype, meta_of, word_scale
+from .registry import KERNELS, VIEWS
+
+log = logging.getLogger("neuron_inductor")
+aten = torch.ops.aten
+
+
+class FallbackError(RuntimeError):
+    """Raised with ``fallback="error"`` when an op would run eagerly instead of on Trainium."""
+
+
+@dataclass
+class LoweredGraph:
+    program: Program
+    groups: list[Group]
+    fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (op, shapes, reason)
+
+
+def _describe(n: fx.Node) -> str:
+    v = val(n)
+    shape = list(v.shape) if isinstance(v, torch.Tensor) else ""
+    dt = str(v.dtype).replace("torch.", "") if isinstance(v, torch.Tensor) else ""
+    args = ", ".join(a.name if isinstance(a, fx.Node) else repr(a) for a in n.args)
+    return f"{n.name} = {n.target}({args}) -> {dt}{shape}"
+
+
+def _shapes(n: fx.Node) -> str:
+    parts = []
+    for a in n.all_input_nodes:
+        v = val(a)
+        if isinstance(v, torch.Tensor):
+            parts.append(f"{str(v.dtype).replace('torch.', '')}{list(v.shape)}")
+    return ", ".join(parts)
+
+
+class GraphLowering:
+    def __init__(self, gm: fx.GraphModule, cfg: Config, name: str = "graph") -> None:
+        self.gm = gm
+        self.cfg = cfg
+        self.target: Target = get_target(cfg.target)
+        self.name = name
+        self.host: dict[fx.Node, str] = {}         # node -> host value name
+        self.host_meta: dict[fx.Node, TensorMeta] = {}  # root node -> layout of its host buffer
+        self.program: Program | None = None
+        self.fallbacks: list[tuple[str, str, str]] = []
+        self._n_kernels = 0
+        self._n_vals = 0
+
+    def _fresh(self, prefix: str) -> str:
+        self._n_vals += 1
+        return f"{prefix}{self._n_vals}"
+
+    # --- sources -----------------------------------------------------------------------------
+    def source(self, a: fx.Node) -> Source:
+        root = view_root(a)
+        if root not in self.host:
+            raise LoweringError(f"{a.name}: producer {root.name} has no host value")
+        rm = self.host_meta[root]
+        m = meta_of(val(a))
+        rel = TensorMeta(m.size, m.stride, m.storage_offset - rm.storage_offset, m.dtype)
+        return Source(self.host[root], rel, rm.extent, rm.dtype)
+
+    def host_value(self, a: fx.Node) -> str:
+        """A host name holding ``a`` itself (a view step is emitted for views)."""
+        if a in self.host:
+            return self.host[a]
+        root = view_root(a)
+        src = self.source(a)
+        name = self._fresh("v")
+        self.program.steps.append(View(name, self.host[root], TensorMeta(
+            src.meta.size, src.meta.stride, src.meta.storage_offset + self.host_meta[root].storage_offset,
+            src.meta.dtype)))
+        self.host[a] = name
+        return name
+
+    # --- driver ------------------------------------------------------------------------------
+    def run(self) -> LoweredGraph:
+        gm = self.gm
+        inputs, metas = [], []
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                name = f"arg{len(inputs)}"
+                inputs.append(name)
+                self.host[n] = name
+                v = val(n)
+                if isinstance(v, torch.Tensor):
+                    m = meta_of(v)
+                    metas.append(m)
+                    self.host_meta[n] = m
+                else:
+                    metas.append(None)
+        self.program = Program(self.name, inputs, metas)
+        groups = partition(gm, self.cfg.fusion)
+        for g in groups:
+            self.lower_group(g)
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = []
+        for o in out_node.args[0]:
+            if isinstance(o, fx.Node):
+                outs.append(Ref(self.host_value(o)))
+            else:
+                outs.append(o)
+        self.program.outputs = outs
+        return LoweredGraph(self.program, groups, self.fallbacks)
+
+    def lower_group(self, g: Group) -> None:
+        if g.kind == "fallback":
+            self.fallback(g.nodes[0], g.reason)
+            return
+        try:
+            self.emit_kernel(g)
+        except (LoweringError, NotImplementedError) as e:
+            real = [n for n in g.nodes if n.target not in VIEWS and n.target is not operator.getitem]
+            if len(real) > 1:
+                log.debug("splitting group %s: %s", [n.name for n in real], e)
+                for n in real:
+                    self.lower_group(self._single(n))
+            else:
+                self.fallback(real[0], str(e))
+
+    def _single(self, n: fx.Node) -> Group:
+        from .fused import reduce_dims
+        from .registry import REDUCTIONS
+        from ..graph.fusion import MATMULS
+        if n.target in REDUCTIONS:
+            dims, _ = reduce_dims(n)
+            g = Group([n], [], tuple(val(n.args[0]).shape), frozenset(dims), "fused")
+        elif n.target in MATMULS:
+            g = Group([n], [], tuple(val(n).shape), frozenset(), "matmul")
+        elif n.target in KERNELS:
+            g = Group([n], [], (), frozenset(), "kernel")
+        else:
+            g = Group([n], [], tuple(val(n).shape), frozenset(), "fused")
+        g.members = {n}
+        g.outputs = [n]
+        return g
+
+    # --- kernels -----------------------------------------------------------------------------
+    def emit_kernel(self, g: Group) -> None:
+        outs = [o for o in g.outputs]
+        real = [n for n in g.nodes if n.target not in VIEWS]
+        base = re.sub(r"\W", "_", "_".join(dict.fromkeys(
+            str(n.target).split(".")[1] if "." in str(n.target) else n.name for n in real[:3])))
+        kb = KernelBuilder(f"k{self._n_kernels}_{base}", self.target)
+        kb.provenance = [_describe(n) for n in g.nodes]
+        sources = {}
+        for n in g.nodes:
+            for a in n.all_input_nodes:
+                if a not in g.members:
+                    sources[a] = self.source(a)
+        out_tensors, out_meta, results, empties = {}, {}, [], []
+        for o in outs:
+            m = meta_of(val(o))
+            if o.target is aten.copy_.default:
+                dst = self.source(o.args[0])
+                out_tensors[o] = kb.param(dst.host, dst.base_extent * word_scale(dst.base_dtype),
+                                          hw_dtype(dst.base_dtype), "inout")
+                out_meta[o] = dst.meta
+                continue
+            if m.numel == 0:
+                empties.append((o, m))
+                continue
+            out_tensors[o] = kb.output(m.extent * word_scale(m.dtype), hw_dtype(m.dtype))
+            out_meta[o] = TensorMeta(m.size, m.stride, 0, m.dtype)
+            results.append(o)
+        for o, m in empties:
+            name = self._fresh("e")
+            self.program.steps.append(Empty(name, TensorMeta(m.size, m.stride, 0, m.dtype)))
+            self.host[o], self.host_meta[o] = name, TensorMeta(m.size, m.stride, 0, m.dtype)
+        if not out_tensors:
+            return
+        if g.kind == "fused":
+            if any(math_numel(val(n)) == 0 for n in g.nodes if isinstance(val(n), torch.Tensor)):
+                raise LoweringError("empty iteration domain")
+            lower_fused(g, sources, kb, out_tensors, out_meta, self.cfg.free_chunk)
+        elif g.kind == "matmul":
+            from .matmul import lower_matmul
+            lower_matmul(g, sources, kb, out_tensors, out_meta, self.cfg)
+        else:
+            n = g.nodes[0]
+            KERNELS[n.target](n, sources, kb, out_tensors, out_meta, self.cfg)
+        kernel = kb.finish()
+        if self.cfg.verify_ir:
+            from ..ir.verify import verify_kernel
+            verify_kernel(kernel, self.target)
+        self._n_kernels += 1
+        args = [p.host_name for p in kernel.params]
+        names = []
+        for o in results:
+            name = self._fresh("buf")
+            names.append(name)
+            self.host[o] = name
+            self.host_meta[o] = out_meta[o]
+        # mutated inputs come back too; their host name stays the input's
+        inout = [p for p in kernel.params if p.kind == "inout"]
+        for o in outs:
+            if o.target is aten.copy_.default:
+                root = view_root(o.args[0])
+                self.host[o] = self.host[root]
+                self.host_meta[o] = self.host_meta[root]
+        names += [self._fresh("_mut") for _ in inout]
+        metas = [out_meta[o] for o in results] + [self.host_meta_of(p.host_name) for p in inout]
+        self.program.steps.append(KernelCall(kernel, args, names, metas))
+
+    def host_meta_of(self, host: str) -> TensorMeta:
+        for n, h in self.host.items():
+            if h == host and n in self.host_meta:
+                m = self.host_meta[n]
+                return TensorMeta((m.extent,), (1,), 0, m.dtype)
+        raise KeyError(host)
+
+    # --- fallbacks ---------------------------------------------------------------------------
+    def fallback(self, n: fx.Node, reason: str) -> None:
+        op = str(n.target)
+        shapes = _shapes(n)
+        if self.cfg.fallback == "error":
+            raise FallbackError(f"neuron_inductor: no Trainium lowering for {op}({shapes}): {reason}. "
+                                "Set options={'fallback': 'warn'} to run it eagerly instead.")
+        self.fallbacks.append((op, shapes, reason))
+
+        def conv(a):
+            if isinstance(a, fx.Node):
+                return Ref(self.host_value(a))
+            if isinstance(a, (list, tuple)):
+                return type(a)(conv(x) for x in a)
+            return a
+        args = tuple(conv(a) for a in n.args)
+        kwargs = {k: conv(v) for k, v in n.kwargs.items()}
+        v = val(n)
+        if isinstance(v, (list, tuple)):
+            results = [self._fresh("fb") for _ in v]
+            for u in n.users:
+                if u.target is operator.getitem:
+                    i = u.args[1]
+                    self.host[u] = results[i]
+                    if isinstance(v[i], torch.Tensor):
+                        self.host_meta[u] = meta_of(v[i])
+            unpack = True
+        else:
+            results = [self._fresh("fb")]
+            self.host[n] = results[0]
+            if isinstance(v, torch.Tensor):
+                self.host_meta[n] = meta_of(v)
+            unpack = False
+        target = "aten." + op.split("aten.", 1)[1] if op.startswith("aten.") else op
+        self.program.steps.append(Fallback(results, _qualname(n.target), args, kwargs, reason,
+                                           shapes, unpack))
+
+
+def math_numel(v) -> int:
+    n = 1
+    for s in v.shape:
+        n *= int(s)
+    return n
+
+
+def _qualname(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        ns = target.namespace
+        return f"{ns}.{target._schema.name.split('::')[1]}.{target._overloadname}"
+    return f"{target.__module__}.{target.__name__}"
+
+
+def lower_graph(gm: fx.GraphModule, cfg: Config, name: str = "graph") -> LoweredGraph:
+    return GraphLowering(gm, cfg, name).run()
