@@ -97,7 +97,7 @@ def generate_wrapper_module(program: Program) -> str:
     if program.inputs:
         body.append(f"{_targets(list(program.inputs))} = args")
     body.append("args.clear()")
-    nbuf = 0
+    taken = _host_names(program)
     for step in program.steps:
         if isinstance(step, KernelCall):
             k = step.kernel
@@ -107,8 +107,7 @@ def generate_wrapper_module(program: Program) -> str:
             if len(step.results) != len(ret) or len(step.result_meta) != len(ret):
                 raise ValueError(f"call of {k.name}: {len(step.results)} results / "
                                  f"{len(step.result_meta)} metas for {len(ret)} returned buffers")
-            bufs = [f"buf{nbuf + i}" for i in range(len(ret))]
-            nbuf += len(ret)
+            bufs = [_fresh(f"{r}_flat", taken) for r in step.results]
             call_args = ", ".join(f"host.hbm({a}, {p.dtype!r})" for a, p in zip(step.args, k.params))
             # a kernel returns one buffer bare and several as a tuple (as its ``return`` statement does)
             lhs = bufs[0] if len(bufs) == 1 else ", ".join(bufs) if bufs else "_"
@@ -133,6 +132,25 @@ def generate_wrapper_module(program: Program) -> str:
     body.append("return (" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")")
     lines += ["    " + b for b in body]
     return "\n".join(lines) + "\n"
+
+
+def _host_names(program: Program) -> set[str]:
+    names = set(program.inputs) | {"torch", "host", "kernels", "call", "args"}
+    for st in program.steps:
+        if isinstance(st, (KernelCall, Fallback)):
+            names.update(st.results)
+        elif isinstance(st, (View, Empty)):
+            names.add(st.name)
+    return names
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    """A name for a kernel's raw flat buffer that cannot shadow any host value of the program."""
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    taken.add(name)
+    return name
 
 
 def _fallback(f: Fallback) -> list[str]:

@@ -61,9 +61,9 @@ def test_wrapper_text(program_and_sources):
     compile(w, "wrapper.py", "exec")
     assert 'kernels = host.load_sibling(__file__, "kernels")' in w
     assert "arg0, arg1, arg2, arg3 = args\n    args.clear()" in w
-    assert 'buf0 = kernels.k_gather(host.hbm(arg0, \'float32\'), host.hbm(arg1, \'int32\'))' in w
-    assert "out0 = host.view(buf0, (200, 64), (64, 1), 0, 'float32')" in w
-    assert "i64 = host.view(buf1, (3, 5), (1, 3), 0, 'int64')" in w
+    assert 'out0_flat = kernels.k_gather(host.hbm(arg0, \'float32\'), host.hbm(arg1, \'int32\'))' in w
+    assert "out0 = host.view(out0_flat, (200, 64), (64, 1), 0, 'float32')" in w
+    assert "i64 = host.view(i64_flat, (3, 5), (1, 3), 0, 'int64')" in w
     assert "v1 = torch.as_strided(out0, (64, 200), (1, 64), 0)" in w
     assert "e2 = host.empty((0, 3), (3, 1), 'float32')" in w
     assert "fb3 = torch.ops.aten.clamp.default(out0, float('-inf'), 0.5)" in w
@@ -119,6 +119,16 @@ def test_render_const(value, text):
 def test_render_const_refuses_unknown():
     with pytest.raises(TypeError, match="cannot render"):
         render_const(object())
+
+
+def test_flat_buffer_names_never_shadow_host_values():
+    k = E.copy_kernel("k", 4, "float32")
+    meta = TensorMeta((4,), (1,), 0, "float32")
+    p = Program("g", ["a_flat"], [meta], steps=[KernelCall(k, ["a_flat"], ["a"], [meta])],
+                outputs=[Ref("a"), Ref("a_flat")])
+    w = generate_wrapper_module(p)
+    assert "a_flat1 = kernels.k(host.hbm(a_flat, 'float32'))" in w
+    assert "a = host.view(a_flat1, (4,), (1,), 0, 'float32')" in w
 
 
 def test_bad_fallback_target_and_arity():
