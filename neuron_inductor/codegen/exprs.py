@@ -134,6 +134,7 @@ def _simp(e: sympy.Basic, ranges: Ranges) -> sympy.Expr:
     if e.is_Atom:
         return e
     args = [_simp(a, ranges) for a in e.args]
+    same = all(a is b for a, b in zip(args, e.args))
     name = _fname(e)
     if name in ("Min", "Max"):
         keep = []
@@ -151,20 +152,20 @@ def _simp(e: sympy.Basic, ranges: Ranges) -> sympy.Expr:
                     break
             if not redundant:
                 keep.append(a)
+        if same and len(keep) == len(args):
+            return e  # rebuilding a Min/Max is slow in sympy; nothing changed
         return keep[0] if len(keep) == 1 else (sympy.Min if name == "Min" else sympy.Max)(*keep)
     if name in ("Mod", "PythonMod"):
         a, m = args
         ba = bounds(a, ranges)
         if m.is_Integer and ba is not None and 0 <= ba[0] and ba[1] < int(m):
             return a
-        return sympy.Mod(a, m)
-    if name in ("floor", "FloorDiv", "CleanDiv"):
-        num, den = _div_parts(e.func(*args))
+    elif name in ("floor", "FloorDiv", "CleanDiv"):
+        num, den = _div_parts(e if same else e.func(*args))
         bn = bounds(num, ranges)
         if den.is_Integer and bn is not None and int(den) > 0 and bn[0] // int(den) == bn[1] // int(den):
             return sympy.Integer(bn[0] // int(den))
-        return e.func(*args)
-    return e.func(*args)
+    return e if same else e.func(*args)
 
 
 # ------------------------------------------------------------------------------------------- print

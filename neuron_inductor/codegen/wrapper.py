@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any
-
-import torch
 
 from ..ir.program import Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
 
@@ -48,25 +47,25 @@ def render_const(v: Any) -> str:
         return f"complex({render_const(v.real)}, {render_const(v.imag)})"
     if isinstance(v, str):
         return repr(v)
-    if isinstance(v, torch.dtype):
-        return str(v)  # "torch.float32"
-    if isinstance(v, torch.device):
-        return f"torch.device({str(v)!r})"
-    if isinstance(v, (torch.layout, torch.memory_format)):
-        return str(v)  # "torch.strided", "torch.contiguous_format"
-    if isinstance(v, torch.Size):
-        return f"torch.Size({render_const(tuple(v))})"
+    sympy = sys.modules.get("sympy")
+    if sympy is not None and isinstance(v, sympy.Basic) and v.is_Number:  # sizes from fake tensors
+        return render_const(int(v) if v.is_Integer else float(v))
     if isinstance(v, list):
         return "[" + ", ".join(render_const(x) for x in v) + "]"
+    # torch objects can only come from a process that already imported torch: keep this module light
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if isinstance(v, torch.dtype):
+            return str(v)  # "torch.float32"
+        if isinstance(v, torch.device):
+            return f"torch.device({str(v)!r})"
+        if isinstance(v, (torch.layout, torch.memory_format)):
+            return str(v)  # "torch.strided", "torch.contiguous_format"
+        if isinstance(v, torch.Size):
+            return f"torch.Size({render_const(tuple(v))})"
     if isinstance(v, tuple):
         items = [render_const(x) for x in v]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    try:  # sympy integers / floats from fake tensor metadata
-        import sympy
-        if isinstance(v, sympy.Basic) and v.is_Number:
-            return render_const(int(v) if v.is_Integer else float(v))
-    except ImportError:  # pragma: no cover
-        pass
     raise TypeError(f"cannot render {v!r} ({type(v).__name__}) in the host wrapper")
 
 

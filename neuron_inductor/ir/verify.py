@@ -49,7 +49,26 @@ def _bounds(e: Any, ranges: dict) -> tuple[int, int] | None:
     e = sympy.sympify(e)
     if e.is_Integer:
         return (int(e), int(e))
-    syms = sorted(e.free_symbols, key=str)
+    try:
+        text = pyexpr(e)
+    except ExprError:
+        return None
+    return _grid_range(text, e.free_symbols, ranges)
+
+
+@functools.lru_cache(maxsize=4096)
+def _grid_range_cached(text: str, grid: tuple[tuple[str, int, int], ...]) -> tuple[int, int]:
+    axes = [np.arange(lo, hi + 1, dtype=np.int64) for _, lo, hi in grid]
+    mesh = np.meshgrid(*axes, indexing="ij") if axes else []
+    env: dict[str, Any] = {name: g for (name, _, _), g in zip(grid, mesh)}
+    env.update(min=lambda *a: functools.reduce(np.minimum, a), max=lambda *a: functools.reduce(np.maximum, a))
+    vals = np.asarray(eval(text, {"__builtins__": {}}, env))  # noqa: S307 - our own printed int expression
+    return (int(vals.min()), int(vals.max()))
+
+
+def _grid_range(text: str, syms: Iterable[sympy.Symbol], ranges: dict) -> tuple[int, int] | None:
+    """Evaluate the printed expression ``text`` on the whole grid of its loop variables."""
+    syms = sorted(syms, key=str)
     if any(v not in ranges for v in syms):
         return None
     points = 1
@@ -57,16 +76,7 @@ def _bounds(e: Any, ranges: dict) -> tuple[int, int] | None:
         points *= ranges[v][1] - ranges[v][0] + 1
     if points > GRID_LIMIT:
         return None
-    try:
-        text = pyexpr(e)
-    except ExprError:
-        return None
-    grids = np.meshgrid(*[np.arange(ranges[v][0], ranges[v][1] + 1, dtype=np.int64) for v in syms],
-                        indexing="ij")
-    env = {v.name: g for v, g in zip(syms, grids)}
-    env.update(min=lambda *a: functools.reduce(np.minimum, a), max=lambda *a: functools.reduce(np.maximum, a))
-    vals = np.asarray(eval(text, {"__builtins__": {}}, env))  # noqa: S307 - our own printed int expression
-    return (int(vals.min()), int(vals.max()))
+    return _grid_range_cached(text, tuple((v.name, *ranges[v]) for v in syms))
 
 
 def _is_int(e: Any) -> bool:
@@ -175,13 +185,20 @@ class _KernelVerifier:
             self.region(a.indirect, loops, visible, s, ranges)
             if a.indirect.memory != "sbuf" or a.indirect.dtype != "int32":
                 self.fail("dma-memory", "indirect offsets must be an int32 SBUF tile", s, ranges)
-        first, last = sympy.sympify(a.offset), sympy.sympify(a.offset)
-        for i, (st, cnt) in enumerate(a.pattern):
-            if i == 0 and a.indirect is not None:
-                continue  # the row comes from the index tile, checked by the simulator at run time
-            span = (sympy.sympify(cnt) - 1) * st
-            first, last = first + sympy.Min(span, 0), last + sympy.Max(span, 0)
-        lo, hi = _bounds(first, ranges), _bounds(last, ranges)
+        # first / last element touched, composed as text (building sympy Min/Max terms is slow)
+        from ..codegen.exprs import ExprError, pyexpr
+        try:
+            first = last = f"({pyexpr(a.offset)})"
+            syms = _syms(a.offset)
+            for i, (st, cnt) in enumerate(a.pattern):
+                if i == 0 and a.indirect is not None:
+                    continue  # the row comes from the index tile, checked by the simulator at run time
+                span = f"(({pyexpr(cnt)}) - 1) * ({pyexpr(st)})"
+                first, last = f"{first} + min({span}, 0)", f"{last} + max({span}, 0)"
+                syms |= _syms(cnt) | _syms(st)
+        except ExprError:
+            return
+        lo, hi = _grid_range(first, syms, ranges), _grid_range(last, syms, ranges)
         if (lo is not None and lo[0] < 0) or (hi is not None and hi[1] >= a.tensor.numel):
             self.fail("hbm-bounds", f"access of {a.tensor.name} reaches elements "
                       f"[{lo[0] if lo else '?'}, {hi[1] if hi else '?'}] outside [0, {a.tensor.numel})",
