@@ -89,12 +89,16 @@ class KernelBuilder:
         if pool:
             return pool.pop()
         t = Tile(self.names(prefix), tuple(int(s) for s in shape), dtype, memory)
+        t.depth = len(self._blocks)  # type: ignore[attr-defined]
         self.add(Alloc(t))
         return t
 
     def release(self, tile: Tile) -> None:
-        """Return a tile of the current block to the pool (its value is dead)."""
-        self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), []).append(tile)
+        """Return a tile to the pool once its value is dead. Only tiles of the current block are
+        recycled: reusing an outer block's tile inside an affine loop would make its iterations
+        write the same memory."""
+        if getattr(tile, "depth", -1) == len(self._blocks):
+            self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), []).append(tile)
 
     # --- statements --------------------------------------------------------------------------
     def instr(self, engine: str, opcode: str, dst: TileRegion,

@@ -166,6 +166,8 @@ class _FusedLowering:
             accesses.append(st)
         self.loads0: dict[tuple[fx.Node, fx.Node], list[int]] = {}
         for n in self.g.nodes:
+            if n in self.seeded:
+                continue
             for a in n.all_input_nodes:
                 if a not in self.members:
                     st = self.arg_strides(n, a, self.sources[a].meta)
@@ -268,6 +270,11 @@ class _FusedLowering:
                    f"{'; single pass' if single else ''}{'; partition reduction' if self.p_reduced else ''}")
         self.ctx = _Ctx(self)
         self.accumulate = bool(self.reductions) and (nchunks > 1 or bool(self.seq) or self.p_reduced)
+        if self.accumulate:
+            for n in self.post:
+                for a in n.all_input_nodes:
+                    if a in self.members and a not in self.post and a not in self.reductions:
+                        raise LoweringError(f"{n.name} needs {a.name} after an accumulated reduction")
         self._outer_loops(0, Psize, Fsize, nchunks)
 
     def _is_full(self, n: fx.Node) -> bool:
@@ -379,13 +386,54 @@ class _FusedLowering:
         return v
 
     # --- node evaluation ---------------------------------------------------------------------
+    def _pass_nodes(self, pre_only: bool, post_only: bool) -> list[fx.Node]:
+        out = []
+        for n in self.g.nodes:
+            if n in self.seeded:
+                out.append(n)
+            elif pre_only and n in self.post:
+                continue
+            elif post_only and (n not in self.post or n in self.vals):
+                continue
+            else:
+                out.append(n)
+        return out
+
+    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict) -> None:
+        """Recycle the tiles of values whose last use in this pass was ``n``."""
+        for a in set(n.all_input_nodes):
+            if a not in remaining:
+                continue
+            remaining[a] -= n.all_input_nodes.count(a) and 1
+            if remaining[a] == 0 and a not in self.g.outputs:
+                v = self.vals.get(a)
+                if v is not None and v.region is not None:
+                    t = v.region.tile
+                    refs[t] = refs.get(t, 1) - 1
+                    if refs[t] == 0:
+                        self.kb.release(t)
+
     def _eval(self, accs, pre_only: bool = False, post_only: bool = False) -> None:
         loads: dict[tuple, TVal] = {}
+        nodes = self._pass_nodes(pre_only, post_only)
+        later = set(self.g.nodes) - set(nodes) if pre_only else set()
+        remaining: dict = {}
+        for n in nodes:
+            for a in set(n.all_input_nodes):
+                if a in self.members and a not in later and a not in self.reductions:
+                    remaining[a] = remaining.get(a, 0) + 1
+        for n in self.g.nodes:
+            if any(u in later for u in n.users):
+                remaining.pop(n, None)  # needed by the post pass: keep
+        refs: dict = {}
         for n in self.g.nodes:
             is_post = n in self.post
             if n in self.seeded:
                 if n in self.g.outputs:
                     self._store(n, self.vals[n])
+                if n in remaining:
+                    t = self.vals[n].region.tile
+                    refs[t] = refs.get(t, 0) + 1
                 continue
             if pre_only and is_post:
                 continue
@@ -407,6 +455,10 @@ class _FusedLowering:
                     raise LoweringError(f"{n.target}: {e}") from None
             if n in self.g.outputs and not (n in self.reductions and self.accumulate):
                 self._store(n, self.vals[n])
+            v = self.vals.get(n)
+            if v is not None and v.region is not None and n in remaining:
+                refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
+            self._release_dead(n, remaining, refs)
 
     def _arg(self, consumer: fx.Node, a, loads):
         if isinstance(a, fx.Node):

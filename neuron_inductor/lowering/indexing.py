@@ -1,0 +1,590 @@
+"""Lowerings of ops that move data without computing on it: gathers, scatters and assembly.
+
+Every op here is a sequence of *phases* inside one kernel. A phase walks a logical region of the
+output and either copies a logical region of an input into it (DMA load into an SBUF tile, DMA store
+out), fills it with a constant (memset once, stores), or moves whole rows through an indirect DMA
+(gather on load, scatter on store) whose row numbers come from an int32 index tile. Phases run in
+program order, so a later phase may overwrite what an earlier one wrote (the border fill of a pad,
+the base copy under a ``slice_scatter``/``index_put``).
+
+Regions are plain (offset, sizes, strides) triples over a flat HBM span. Before a phase is emitted,
+size-1 dims are dropped and adjacent dims that every region addresses contiguously are merged, so a
+copy of a contiguous block becomes few large DMAs whatever its rank. The last merged dim is the free
+axis (chunks of at most ``cfg.free_chunk`` elements), the largest other dim the partition axis (tiles
+of 128 rows, ragged last tile), the rest outer loops. int64 tensors are int32 word pairs: copied
+int64 -> int64 as a trailing pair dim; anything widened to int64 gets its high word (the sign) stored.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Sequence
+
+import sympy
+import torch
+import torch.fx as fx
+
+from ..ir import HBMAccess, HBMTensor, Tile, TileRegion
+from .builder import KernelBuilder, ceil_div
+from .layout import broadcast_strides, hw_dtype, word_scale
+from .registry import register_kernel
+
+aten = torch.ops.aten
+PMAX = 128
+
+
+# ----------------------------------------------------------------------------------------- regions
+
+@dataclass(frozen=True)
+class LRegion:
+    """A logical view (in logical elements) of a flat HBM tensor holding torch dtype ``dtype``."""
+
+    tensor: HBMTensor
+    dtype: str
+    offset: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def narrow(self, dim: int, start: int, length: int, step: int = 1) -> "LRegion":
+        sizes, strides = list(self.sizes), list(self.strides)
+        off = self.offset + start * strides[dim]
+        sizes[dim], strides[dim] = length, strides[dim] * step
+        return replace(self, offset=off, sizes=tuple(sizes), strides=tuple(strides))
+
+    def select(self, dim: int, index: int) -> "LRegion":
+        return replace(self, offset=self.offset + index * self.strides[dim],
+                       sizes=self.sizes[:dim] + self.sizes[dim + 1:],
+                       strides=self.strides[:dim] + self.strides[dim + 1:])
+
+    def expand(self, sizes: Sequence[int]) -> "LRegion":
+        st = broadcast_strides(self.sizes, self.strides, list(sizes))
+        if st is None:
+            raise NotImplementedError(f"cannot broadcast {list(self.sizes)} to {list(sizes)}")
+        return replace(self, sizes=tuple(sizes), strides=tuple(st))
+
+    def hw(self) -> "Region":
+        """Hardware view; an int64 tensor gets a trailing (stride 1, count 2) word-pair dim."""
+        if self.dtype == "int64":
+            return Region(self.tensor, 2 * self.offset, self.sizes + (2,),
+                          tuple(2 * s for s in self.strides) + (1,))
+        return Region(self.tensor, self.offset, self.sizes, self.strides)
+
+    def word(self, w: int) -> "Region":
+        """Hardware view of word ``w`` (0 = low, 1 = high) of every element (int64 only)."""
+        k = word_scale(self.dtype)
+        return Region(self.tensor, k * self.offset + w, self.sizes, tuple(k * s for s in self.strides))
+
+
+@dataclass(frozen=True)
+class Region:
+    """A hardware view: (offset, sizes, strides) in hardware elements of a flat HBM tensor."""
+
+    tensor: HBMTensor
+    offset: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def source_region(kb: KernelBuilder, src) -> LRegion:
+    """The kernel parameter holding a ``Source`` and the value's logical view in it."""
+    t = kb.param(src.host, src.base_extent * word_scale(src.base_dtype), hw_dtype(src.base_dtype))
+    m = src.meta
+    return LRegion(t, src.base_dtype, m.storage_offset, tuple(m.size), tuple(m.stride))
+
+
+def output_region(out_tensors: dict, out_meta: dict, n: fx.Node) -> LRegion:
+    m = out_meta[n]
+    return LRegion(out_tensors[n], m.dtype, m.storage_offset, tuple(m.size), tuple(m.stride))
+
+
+# ----------------------------------------------------------------------------------------- planning
+
+def merge(sizes: Sequence[int], strides_list: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge neighbours that every region walks contiguously (row-major)."""
+    keep = [i for i, s in enumerate(sizes) if s != 1]
+    dims: list[int] = []
+    out: list[list[int]] = [[] for _ in strides_list]
+    for i in keep:
+        if dims and all(st[-1] == src[i] * sizes[i] for st, src in zip(out, strides_list)):
+            dims[-1] *= sizes[i]
+            for st, src in zip(out, strides_list):
+                st[-1] = src[i]
+            continue
+        dims.append(sizes[i])
+        for st, src in zip(out, strides_list):
+            st.append(src[i])
+    return dims, out
+
+
+def _split_flat(dims: list[int], strides: list[list[int]], free_chunk: int) -> None:
+    """A single long dim becomes [p, n/p] so the copy uses up to 128 partitions."""
+    if len(dims) != 1 or dims[0] <= free_chunk:
+        return
+    n = dims[0]
+    p = next((d for d in range(PMAX, 1, -1) if n % d == 0), 1)
+    if p > 1:
+        dims[:] = [p, n // p]
+        for st in strides:
+            st[:] = [st[0] * (n // p), st[0]]
+
+
+@contextlib.contextmanager
+def _maybe_loop(kb: KernelBuilder, extent: int, kind: str, prefix: str) -> Iterator[sympy.Expr]:
+    if extent == 1:
+        yield sympy.Integer(0)
+    else:
+        with kb.loop(extent, kind, prefix) as v:
+            yield v
+
+
+def _ragged(total: int, step: int, var: sympy.Expr) -> sympy.Expr:
+    if total <= step:
+        return sympy.Integer(total)
+    if total % step == 0:
+        return sympy.Integer(step)
+    return sympy.Min(step, total - step * var)
+
+
+@dataclass
+class It:
+    """One tile iteration of a phase: per-region element offsets and partition/free strides."""
+
+    offs: list[sympy.Expr]
+    pstr: list[int]
+    fstr: list[int]
+    rows: sympy.Expr
+    cols: sympy.Expr
+    tile_rows: int
+    tile_cols: int
+    looped: bool
+
+    def access(self, k: int, r: Region) -> HBMAccess:
+        return HBMAccess(r.tensor, sympy.expand(r.offset + self.offs[k]),
+                         ((self.pstr[k], self.rows), (self.fstr[k], self.cols)))
+
+
+def _tile(kb: KernelBuilder, it: It, dtype: str, free_chunk: int, prefix: str) -> Tile:
+    # a phase without loops allocates at kernel level: use one canonical shape so consecutive
+    # loopless phases share (pooled) tiles instead of piling up SBUF
+    shape = (it.tile_rows, it.tile_cols) if it.looped else (PMAX, free_chunk)
+    return kb.tile(shape, dtype, prefix=prefix)
+
+
+def walk_regions(kb: KernelBuilder, sizes: Sequence[int], regions: Sequence[Region], free_chunk: int,
+                 body: Callable[[It], None]) -> None:
+    """Call ``body`` once per tile of the joint iteration space of ``regions`` (same ``sizes``)."""
+    for r in regions:
+        assert tuple(r.sizes) == tuple(sizes), (r.sizes, sizes)
+    dims, strides = merge(sizes, [r.strides for r in regions])
+    if not dims:
+        dims, strides = [1], [[0] for _ in regions]
+    _split_flat(dims, strides, free_chunk)
+    F = len(dims) - 1
+    P = max(range(F), key=lambda a: (dims[a], a)) if F > 0 else None
+    outer = [a for a in range(F) if a != P]
+    Ps = dims[P] if P is not None else 1
+    Fs = dims[F]
+    fc = min(Fs, free_chunk)
+    looped = any(dims[a] > 1 for a in outer) or Ps > PMAX or Fs > fc
+
+    def rec(k: int, offs: list[sympy.Expr]) -> None:
+        if k < len(outer):
+            a = outer[k]
+            with _maybe_loop(kb, dims[a], "affine", "l") as v:
+                rec(k + 1, [o + st[a] * v for o, st in zip(offs, strides)])
+            return
+        with _maybe_loop(kb, ceil_div(Ps, PMAX), "affine", "p") as ip:
+            with _maybe_loop(kb, ceil_div(Fs, fc), "affine", "f") as jf:
+                o2 = [o + (st[P] * PMAX * ip if P is not None else 0) + st[F] * fc * jf
+                      for o, st in zip(offs, strides)]
+                body(It(o2, [st[P] if P is not None else 0 for st in strides], [st[F] for st in strides],
+                        _ragged(Ps, PMAX, ip), _ragged(Fs, fc, jf), min(Ps, PMAX), fc, looped))
+
+    rec(0, [sympy.Integer(0) for _ in regions])
+    if kb.plan:
+        kb.plan += "; "
+    kb.plan += f"phase over {dims} (partition {Ps}, free {Fs} in chunks of {fc})"
+
+
+# ----------------------------------------------------------------------------------------- phases
+
+def _sign_word(kb: KernelBuilder, src: TileRegion, it: It, free_chunk: int) -> TileRegion:
+    """The high word of an int64 whose low word is ``src``: 0 or -1."""
+    hi = _tile(kb, it, "int32", free_chunk, "hi").region(it.rows, it.cols)
+    kb.instr("vector", "tensor_scalar", hi, {"data": src, "operand0": 0, "operand1": -1},
+             op0="less", op1="multiply")
+    return hi
+
+
+def copy_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, free_chunk: int) -> None:
+    """``dst = src`` (``src`` broadcast to ``dst``'s sizes, cast to ``dst``'s dtype)."""
+    if dst.numel == 0:
+        return
+    src = src.expand(dst.sizes)
+    if dst.dtype == src.dtype:
+        d, s = dst.hw(), src.hw()
+        sizes = d.sizes
+
+        def body(it: It) -> None:
+            t = _tile(kb, it, d.tensor.dtype, free_chunk, "t")
+            reg = t.region(it.rows, it.cols)
+            kb.dma(reg, it.access(1, s))
+            kb.dma(it.access(0, d), reg)
+            kb.release(t)
+        walk_regions(kb, sizes, [d, s], free_chunk, body)
+        return
+    s = src.word(0)
+    if dst.dtype == "bool":
+        tdt = s.tensor.dtype
+    elif dst.dtype == "int64":
+        tdt = "int32"
+    else:
+        tdt = hw_dtype(dst.dtype)
+    lo = dst.word(0)
+    regions = [lo, s] + ([dst.word(1)] if dst.dtype == "int64" else [])
+
+    def body(it: It) -> None:
+        t = _tile(kb, it, tdt, free_chunk, "t")
+        reg = t.region(it.rows, it.cols)
+        kb.dma(reg, it.access(1, s))
+        if dst.dtype == "bool":
+            b = _tile(kb, it, "uint8", free_chunk, "b")
+            breg = b.region(it.rows, it.cols)
+            kb.instr("vector", "tensor_scalar", breg, {"data": reg, "operand0": 0}, op0="not_equal")
+            kb.dma(it.access(0, lo), breg)
+            kb.release(b)
+        else:
+            kb.dma(it.access(0, lo), reg)
+        if dst.dtype == "int64":
+            hi = _sign_word(kb, reg, it, free_chunk)
+            kb.dma(it.access(2, regions[2]), hi)
+            kb.release(hi.tile)
+        kb.release(t)
+    walk_regions(kb, dst.sizes, regions, free_chunk, body)
+
+
+def fill_phase(kb: KernelBuilder, dst: LRegion, value: Any, free_chunk: int) -> None:
+    """``dst = value`` everywhere; one memset per tile shape, then stores."""
+    if dst.numel == 0:
+        return
+    if dst.dtype == "bool":
+        words = [(dst.word(0), int(bool(value)))]
+    elif dst.dtype == "int64":
+        v = int(value)
+        words = [(dst.word(0), _to_i32(v & 0xFFFFFFFF)), (dst.word(1), _to_i32((v >> 32) & 0xFFFFFFFF))]
+    elif dst.dtype in ("float32", "bfloat16", "float16"):
+        words = [(dst.word(0), float(value))]
+    else:
+        words = [(dst.word(0), int(value))]
+    for region, v in words:
+        def body(it: It, region=region, v=v) -> None:
+            t = _tile(kb, it, region.tensor.dtype, free_chunk, "fill")
+            reg = t.region(it.rows, it.cols)
+            kb.instr("vector", "memset", reg, {}, value=v)
+            kb.dma(it.access(0, region), reg)
+            kb.release(t)
+        walk_regions(kb, dst.sizes, [region], free_chunk, body)
+
+
+def _to_i32(u: int) -> int:
+    return u - (1 << 32) if u >= (1 << 31) else u
+
+
+def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int, index: LRegion,
+                   direct: LRegion, free_chunk: int, wrap_negative: bool = False) -> None:
+    """Move rows between ``table`` (indexed along ``dim`` by ``index``) and ``direct``.
+
+    ``direct`` has sizes ``table.sizes[:dim] + index.sizes + table.sizes[dim+1:]``. With ``gather``
+    ``direct[.., i.., ..] = table[.., index[i..], ..]`` (indirect load); else the scatter
+    ``table[.., index[i..], ..] = direct[.., i.., ..]`` (indirect store). The index tile is loaded
+    once per 128 index positions, which sit on partitions; the table's other dims are loops and the
+    free axis.
+    """
+    if table.dtype != direct.dtype and "int64" in (table.dtype, direct.dtype):
+        raise NotImplementedError("indirect copy between int64 and another dtype")
+    if index.dtype not in ("int64", "int32"):
+        raise NotImplementedError(f"index dtype {index.dtype}")
+    ni = len(index.sizes)
+    if index.numel == 0 or direct.numel == 0:
+        return
+    rest_sizes = list(table.sizes[:dim]) + list(table.sizes[dim + 1:])
+    t_rest = list(table.strides[:dim]) + list(table.strides[dim + 1:])
+    d_rest = list(direct.strides[:dim]) + list(direct.strides[dim + ni:])
+    d_idx = list(direct.strides[dim:dim + ni])
+    k = word_scale(table.dtype)
+    row_stride = k * table.strides[dim]
+    t_rest, d_rest, d_idx = [k * s for s in t_rest], [k * s for s in d_rest], [k * s for s in d_idx]
+    if table.dtype == "int64":
+        rest_sizes.append(2)
+        t_rest.append(1)
+        d_rest.append(1)
+    ki = word_scale(index.dtype)
+    idims, (i_str, di_str) = merge(index.sizes, [[ki * s for s in index.strides], d_idx])
+    if not idims:
+        idims, i_str, di_str = [1], [0], [0]
+    P = max(range(len(idims)), key=lambda a: (idims[a], a))
+    iouter = [a for a in range(len(idims)) if a != P]
+    rdims, (t_st, d_st) = merge(rest_sizes, [t_rest, d_rest])
+    if not rdims:
+        rdims, t_st, d_st = [1], [0], [0]
+    F = len(rdims) - 1
+    router = list(range(F))
+    Ps, Fs = idims[P], rdims[F]
+    fc = min(Fs, free_chunk)
+    looped = any(idims[a] > 1 for a in iouter) or Ps > PMAX or any(rdims[a] > 1 for a in router) \
+        or Fs > fc
+    t_off = k * table.offset
+    d_off = k * direct.offset
+    i_off = ki * index.offset
+    dim_size = table.sizes[dim]
+
+    def rest_loops(j: int, toff, doff, ind: TileRegion, rows) -> None:
+        if j < len(router):
+            a = router[j]
+            with _maybe_loop(kb, rdims[a], "affine", "r") as v:
+                rest_loops(j + 1, toff + t_st[a] * v, doff + d_st[a] * v, ind, rows)
+            return
+        with _maybe_loop(kb, ceil_div(Fs, fc), "affine", "f") as jf:
+            cols = _ragged(Fs, fc, jf)
+            it = It([], [], [], rows, cols, min(Ps, PMAX), fc, looped)
+            t = _tile(kb, it, table.tensor.dtype, free_chunk, "rows")
+            reg = t.region(rows, cols)
+            tab = HBMAccess(table.tensor, sympy.expand(toff + t_st[F] * fc * jf),
+                            ((row_stride, rows), (t_st[F], cols)), indirect=ind)
+            dacc = HBMAccess(direct.tensor, sympy.expand(doff + d_st[F] * fc * jf),
+                             ((di_str[P], rows), (d_st[F], cols)))
+            if gather:
+                kb.dma(reg, tab)
+                kb.dma(dacc, reg)
+            else:
+                kb.dma(reg, dacc)
+                kb.dma(tab, reg)
+            kb.release(t)
+
+    def idx_loops(j: int, ioff, doff) -> None:
+        if j < len(iouter):
+            a = iouter[j]
+            with _maybe_loop(kb, idims[a], "affine", "l") as v:
+                idx_loops(j + 1, ioff + i_str[a] * v, doff + di_str[a] * v)
+            return
+        with _maybe_loop(kb, ceil_div(Ps, PMAX), "affine", "p") as ip:
+            rows = _ragged(Ps, PMAX, ip)
+            it = It([], [], [], rows, sympy.Integer(1), min(Ps, PMAX), 1, looped)
+            shape = (it.tile_rows, 1) if looped else (PMAX, 1)
+            itile = kb.tile(shape, "int32", prefix="idx")
+            ind = itile.region(rows, 1)
+            kb.dma(ind, HBMAccess(index.tensor, sympy.expand(ioff + i_str[P] * PMAX * ip),
+                                  ((i_str[P], rows), (1, 1))))
+            if wrap_negative:  # idx += (idx < 0) * dim_size, as torch's advanced indexing does
+                neg = kb.tile(shape, "int32", prefix="neg")
+                nreg = neg.region(rows, 1)
+                kb.instr("vector", "tensor_scalar", nreg, {"data": ind, "operand0": 0,
+                                                           "operand1": dim_size},
+                         op0="less", op1="multiply")
+                kb.instr("vector", "tensor_tensor", ind, {"data1": ind, "data2": nreg}, op="add")
+                kb.release(neg)
+            rest_loops(0, t_off, doff + di_str[P] * PMAX * ip, ind, rows)
+            kb.release(itile)
+
+    idx_loops(0, i_off, d_off)
+    if kb.plan:
+        kb.plan += "; "
+    kb.plan += (f"{'gather' if gather else 'scatter'} of {Ps} index position(s) per "
+                f"{[idims[a] for a in iouter]} on partitions (tiles of {PMAX}), rows of {rdims} "
+                f"(free {Fs} in chunks of {fc})")
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+def _norm_dim(dim: int, rank: int) -> int:
+    r = max(rank, 1)
+    if not -r <= dim < r:
+        raise NotImplementedError(f"dim {dim} out of range for rank {rank}")
+    return dim % r
+
+
+def _arg(n: fx.Node, i: int, name: str, default: Any = None) -> Any:
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def _fc(cfg) -> int:
+    return int(getattr(cfg, "free_chunk", 2048) or 2048)
+
+
+# ----------------------------------------------------------------------------------------- lowerings
+
+@register_kernel(aten.embedding.default)
+def lower_embedding(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                    cfg) -> None:
+    """out[i.., :] = weight[indices[i..], :] as an indirect row gather."""
+    weight, indices = n.args[0], n.args[1]
+    w = source_region(kb, sources[weight])
+    if len(w.sizes) != 2:
+        raise NotImplementedError("embedding weight must be 2-D")
+    idx = source_region(kb, sources[indices])
+    out = output_region(out_tensors, out_meta, n)
+    indirect_phase(kb, gather=True, table=w, dim=0, index=idx, direct=out, free_chunk=_fc(cfg))
+
+
+@register_kernel(aten.index_select.default)
+def lower_index_select(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                       cfg) -> None:
+    """out = x.index_select(dim, index): an indirect gather along ``dim`` (index positions on
+    partitions, the other dims of ``x`` as loops and free axis)."""
+    x, dim, index = n.args[0], n.args[1], n.args[2]
+    xr = source_region(kb, sources[x])
+    ir = source_region(kb, sources[index])
+    out = output_region(out_tensors, out_meta, n)
+    if not xr.sizes:  # 0-dim x: index_select behaves like a 1-element 1-D tensor
+        xr = replace(xr, sizes=(1,), strides=(1,))
+        out = replace(out, sizes=(1,) * max(len(ir.sizes), 1), strides=(1,) * max(len(ir.sizes), 1))
+    d = _norm_dim(dim, len(xr.sizes))
+    if len(ir.sizes) == 0:
+        ir = replace(ir, sizes=(1,), strides=(1,))
+    if len(out.sizes) != len(xr.sizes):
+        raise NotImplementedError("index_select output rank differs from its input")
+    indirect_phase(kb, gather=True, table=xr, dim=d, index=ir, direct=out, free_chunk=_fc(cfg))
+
+
+@register_kernel(aten.cat.default)
+def lower_cat(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+              cfg) -> None:
+    """One copy phase per input into its slab of the output."""
+    tensors = n.args[0]
+    out = output_region(out_tensors, out_meta, n)
+    d = _norm_dim(_arg(n, 1, "dim", 0), len(out.sizes))
+    start = 0
+    for t in tensors:
+        v = t.meta["val"]
+        if v.numel() == 0:
+            continue  # includes legacy 1-D empty tensors, which cat skips
+        length = int(v.shape[d])
+        copy_phase(kb, out.narrow(d, start, length), source_region(kb, sources[t]), _fc(cfg))
+        start += length
+    if start != out.sizes[d]:
+        raise NotImplementedError(f"cat pieces cover {start} of {out.sizes[d]} along dim {d}")
+
+
+def _slice_range(size: int, start, end, step: int) -> tuple[int, int]:
+    """(first index, count) of ``range(size)[start:end:step]`` with torch's clamping."""
+    r = range(size)[slice(start, end, step)]
+    return (r.start if len(r) else 0), len(r)
+
+
+@register_kernel(aten.slice_scatter.default)
+def lower_slice_scatter(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                        cfg) -> None:
+    """out = base; out[.., start:end:step, ..] = src (two ordered copy phases)."""
+    base, src = n.args[0], n.args[1]
+    out = output_region(out_tensors, out_meta, n)
+    d = _norm_dim(_arg(n, 2, "dim", 0), len(out.sizes))
+    step = _arg(n, 5, "step", 1) or 1
+    if step < 1:
+        raise NotImplementedError("slice_scatter with a non-positive step")
+    first, count = _slice_range(out.sizes[d], _arg(n, 3, "start"), _arg(n, 4, "end"), step)
+    fc = _fc(cfg)
+    copy_phase(kb, out, source_region(kb, sources[base]), fc)
+    copy_phase(kb, out.narrow(d, first, count, step), source_region(kb, sources[src]), fc)
+
+
+@register_kernel(aten.select_scatter.default)
+def lower_select_scatter(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                         cfg) -> None:
+    """out = base; out.select(dim, index) = src."""
+    base, src, dim, index = n.args[0], n.args[1], n.args[2], n.args[3]
+    out = output_region(out_tensors, out_meta, n)
+    d = _norm_dim(dim, len(out.sizes))
+    size = out.sizes[d]
+    if not -size <= index < size:
+        raise NotImplementedError(f"select_scatter index {index} out of range for size {size}")
+    fc = _fc(cfg)
+    copy_phase(kb, out, source_region(kb, sources[base]), fc)
+    copy_phase(kb, out.select(d, index % size), source_region(kb, sources[src]), fc)
+
+
+@register_kernel(aten.constant_pad_nd.default)
+def lower_constant_pad(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                       cfg) -> None:
+    """Fill the output with ``value`` (only if some pad is positive), then copy the kept part of the
+    input into its window. Negative pads crop."""
+    x = n.args[0]
+    pad = list(_arg(n, 1, "pad"))
+    value = _arg(n, 2, "value", 0)
+    value = 0 if value is None else value
+    xr = source_region(kb, sources[x])
+    out = output_region(out_tensors, out_meta, n)
+    rank = len(xr.sizes)
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        raise NotImplementedError(f"pad {pad} for rank {rank}")
+    fc = _fc(cfg)
+    src, dst = xr, out
+    for i in range(len(pad) // 2):
+        d = rank - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        keep = xr.sizes[d] - max(0, -lo) - max(0, -hi)
+        if keep <= 0:
+            src = None
+            break
+        src = src.narrow(d, max(0, -lo), keep)
+        dst = dst.narrow(d, max(0, lo), keep)
+    if src is None or dst.numel != out.numel:
+        fill_phase(kb, out, value, fc)
+    if src is not None:
+        copy_phase(kb, dst, src, fc)
+
+
+def _index_spec(n: fx.Node, rank: int) -> tuple[int, fx.Node]:
+    indices = list(_arg(n, 1, "indices"))
+    real = [(i, a) for i, a in enumerate(indices) if a is not None]
+    if len(real) != 1:
+        raise NotImplementedError("index_put with other than exactly one index tensor")
+    d, idx = real[0]
+    v = idx.meta["val"]
+    if v.dtype not in (torch.int64, torch.int32):
+        raise NotImplementedError(f"index_put with a {v.dtype} index (masks are not lowered)")
+    if d >= rank:
+        raise NotImplementedError("index_put index on a missing dim")
+    return d, idx
+
+
+@register_kernel(aten.index_put.default)
+def lower_index_put(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                    cfg) -> None:
+    """out = x; out[.., idx, ..] = values: a copy phase then an indirect row scatter (the static
+    KV-cache update). Negative indices wrap as in torch."""
+    x, values = n.args[0], n.args[2]
+    if _arg(n, 3, "accumulate", False):
+        raise NotImplementedError("index_put with accumulate=True (duplicate rows must add)")
+    xr = source_region(kb, sources[x])
+    d, idx = _index_spec(n, len(xr.sizes))
+    ir = source_region(kb, sources[idx])
+    vr = source_region(kb, sources[values])
+    out = output_region(out_tensors, out_meta, n)
+    fc = _fc(cfg)
+    copy_phase(kb, out, xr, fc)
+    if ir.numel == 0:
+        return
+    target = out.sizes[:d] + ir.sizes + out.sizes[d + 1:]
+    vr = vr.expand(target)
+    if vr.dtype != out.dtype:
+        raise NotImplementedError(f"index_put values {vr.dtype} into {out.dtype}")
+    indirect_phase(kb, gather=False, table=out, dim=d, index=ir, direct=vr, free_chunk=fc,
+                   wrap_negative=True)
+
+
+@register_kernel(aten.copy.default)
+def lower_copy(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+               cfg) -> None:
+    """Functional copy: out (dst's shape and dtype) = src broadcast and cast."""
+    src = n.args[1]
+    out = output_region(out_tensors, out_meta, n)
+    copy_phase(kb, out, source_region(kb, sources[src]), _fc(cfg))
