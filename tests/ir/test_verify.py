@@ -88,7 +88,7 @@ def test_psum_banks_per_scope_chain():
 
 
 def test_alloc_inside_loop_counts_once_for_sbuf():
-    # 150 KiB in a loop body reused each iteration fits trn2 (208 KiB) but not with 64 KiB more outside on trn1
+    # 150 KiB in a loop body (reused each iteration) fits trn2's 208 KiB; 64 KiB more outside does not
     big = Tile("big", (P, 150 * 256), "float32")
     k = base(lambda ns: ns.update(allocs=lambda: [Alloc(ns["t"]), Alloc(ns["u"]), Alloc(big)]))
     verify_kernel(k, TRN2)
@@ -246,3 +246,32 @@ def test_verify_program_names_and_kernels():
                                                  KernelCall(k2, ["a0"], ["p"], [meta])], outputs=[])
     with pytest.raises(IRVerificationError, match="two different kernels"):
         verify_program(twins, TRN1)
+
+
+def test_transpose_limits_and_memories():
+    src, ps = Tile("src", (P, 256), "float32"), Tile("tp", (P, 256), "float32", "psum")
+    def mutate(ns, engine="tensor", cols=256, dst=ps):
+        ns["allocs"] = lambda: [Alloc(ns["t"]), Alloc(ns["u"]), Alloc(src), Alloc(ps)]
+        tr = Instr(engine, "nc_transpose", dst.region(P, P), {"data": src.region(P, cols)})
+        ns["body"] = lambda: ns["allocs"]() + [ns["load"](), tr, ns["add"](), ns["store"]()]
+    refuse(base(mutate), "transpose-limits")  # TensorE transposes at most 128 x 128
+    refuse(base(lambda ns: mutate(ns, engine="vector", cols=64)), "transpose-limits")  # VectorE: 32 x 32
+    refuse(base(lambda ns: mutate(ns, cols=P, dst=src)), "engine-memory")  # TensorE writes PSUM
+
+
+def test_tensor_tensor_inputs_not_both_psum():
+    a, b = Tile("pa", (P, 64), "float32", "psum"), Tile("pb", (P, 64), "float32", "psum")
+    def mutate(ns):
+        ns["allocs"] = lambda: [Alloc(ns["t"]), Alloc(ns["u"]), Alloc(a), Alloc(b)]
+        tt = Instr("vector", "tensor_tensor", ns["u"].region(P, 64), {"data1": a.region(P, 64),
+                                                                     "data2": b.region(P, 64)}, {"op": "add"})
+        ns["body"] = lambda: ns["allocs"]() + [ns["load"](), ns["add"](), tt, ns["store"]()]
+    refuse(base(mutate), "engine-memory")
+
+
+def test_unknown_hbm_tensor():
+    stray = HBMTensor("stray", 300 * 64, "float32")
+    def mutate(ns):
+        ld = Dma(ns["t"].region(ns["pr"], 64), HBMAccess(stray, P * 64 * ns["i"], ((64, ns["pr"]), (1, 64))))
+        ns["body"] = lambda: ns["allocs"]() + [ld, ns["add"](), ns["store"]()]
+    refuse(base(mutate), "unknown-hbm")
