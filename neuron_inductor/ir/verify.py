@@ -113,7 +113,8 @@ class _KernelVerifier:
 
     def name(self, name: str, obj: object, stmt: Stmt | None) -> None:
         prev = self.names.setdefault(name, obj)
-        if prev is not obj:
+        # sibling loops may reuse a loop variable (equal symbols); anything else must be one object
+        if prev is not obj and not (isinstance(prev, sympy.Symbol) and prev == obj):
             self.fail("unique-names", f"name {name!r} is used for two different tensors/tiles", stmt)
 
     # ------------------------------------------------------------------ walk

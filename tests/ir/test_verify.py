@@ -275,3 +275,9 @@ def test_unknown_hbm_tensor():
         ld = Dma(ns["t"].region(ns["pr"], 64), HBMAccess(stray, P * 64 * ns["i"], ((64, ns["pr"]), (1, 64))))
         ns["body"] = lambda: ns["allocs"]() + [ld, ns["add"](), ns["store"]()]
     refuse(base(mutate), "unknown-hbm")
+
+
+def test_sibling_loops_may_reuse_a_loop_variable():
+    k = base()
+    k.body.append(Loop(k.body[0].var, 1, "affine", []))
+    verify_kernel(k, TRN2)
