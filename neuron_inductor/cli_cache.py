@@ -204,7 +204,7 @@ def _print_cost(cost: Any) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
-    from neuron_inductor.cache.stats import read_persisted
+    from neuron_inductor.cache.counters import read_persisted
 
     store = _store(root)
     infos = list(store.entries(all_versions=True)) if store else []
@@ -322,7 +322,7 @@ def _cmd_explain(args: argparse.Namespace, root: Path) -> int:
             record = json.loads(Path(args.record).read_text())
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read record {args.record}: {e}") from None
-        from neuron_inductor.cache.key import key_of
+        from neuron_inductor.cache.schema import key_of
 
         exclude_hit = key_of(record)
         if store is not None and store.entry_dir(exclude_hit).is_dir():

@@ -2,13 +2,30 @@
 
 Public surface: :func:`compile_cached` (the backend's seam), :class:`Artifact` (what a compile
 produces), :func:`stats` (counters for this process). Layout and fault handling: ``store.py``;
-the key record: ``key.py``; design notes: docs/design.md section 5.
-"""
-from .api import Artifact, NeuronCacheWarning, clear_memory, compile_cached, graph_summary
-from .key import SCHEMA_VERSION, key_of, make_record
-from .stats import reset_stats, stats
-from .store import CacheSecurityError, Store, default_root
+the key record: ``key.py``; maintenance used by the CLI: ``manage.py``; design notes: design.md §5.
 
-__all__ = ["Artifact", "CacheSecurityError", "NeuronCacheWarning", "SCHEMA_VERSION", "Store",
-           "clear_memory", "compile_cached", "default_root", "graph_summary", "key_of",
-           "make_record", "reset_stats", "stats"]
+Names are resolved lazily so ``neuron-inductor cache ...`` (which only reads files) never pays for
+importing torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Artifact": "api", "NeuronCacheWarning": "api", "clear_memory": "api", "compile_cached": "api",
+    "graph_summary": "api", "make_record": "key", "SCHEMA_VERSION": "schema", "key_of": "schema",
+    "package_fingerprint": "schema", "reset_stats": "counters", "stats": "counters",
+    "CacheSecurityError": "store", "Store": "store", "default_root": "store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'neuron_inductor.cache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value

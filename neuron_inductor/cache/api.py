@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch.fx
 
-from . import stats as _stats
+from . import counters as _stats
 from .key import key_of, make_record
 from .store import META, CorruptEntry, Store, default_root
 

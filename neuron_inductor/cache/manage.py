@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .key import SCHEMA_VERSION, flatten, package_fingerprint
+from .schema import SCHEMA_VERSION, flatten, package_fingerprint
 from .store import HITS, MANIFEST, META, RECORD, CorruptEntry, EntryInfo, Store
 
 

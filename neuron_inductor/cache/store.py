@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .key import SCHEMA_VERSION
+from .schema import SCHEMA_VERSION
 
 log = logging.getLogger("neuron_inductor.cache")
 

@@ -66,7 +66,7 @@ def persist(root: Path, deltas: dict[str, float]) -> None:
     try:
         from filelock import FileLock, Timeout
 
-        from .key import package_fingerprint
+        from .schema import package_fingerprint
 
         version = package_fingerprint()["version"]
         path = Path(root) / STATS_FILE
