@@ -278,7 +278,9 @@ def fill_phase(kb: KernelBuilder, dst: LRegion, value: Any, free_chunk: int) -> 
         words = [(dst.word(0), int(bool(value)))]
     elif dst.dtype == "int64":
         v = int(value)
-        words = [(dst.word(0), _to_i32(v & 0xFFFFFFFF)), (dst.word(1), _to_i32((v >> 32) & 0xFFFFFFFF))]
+        lo, hi = _to_i32(v & 0xFFFFFFFF), _to_i32((v >> 32) & 0xFFFFFFFF)
+        # 0 and -1 have equal words: one fill over the word pairs keeps the stores contiguous
+        words = [(dst.hw(), lo)] if lo == hi else [(dst.word(0), lo), (dst.word(1), hi)]
     elif dst.dtype in ("float32", "bfloat16", "float16"):
         words = [(dst.word(0), float(value))]
     else:
@@ -290,7 +292,7 @@ def fill_phase(kb: KernelBuilder, dst: LRegion, value: Any, free_chunk: int) -> 
             kb.instr("vector", "memset", reg, {}, value=v)
             kb.dma(it.access(0, region), reg)
             kb.release(t)
-        walk_regions(kb, dst.sizes, [region], free_chunk, body)
+        walk_regions(kb, region.sizes, [region], free_chunk, body)
 
 
 def _to_i32(u: int) -> int:

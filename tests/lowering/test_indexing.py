@@ -184,6 +184,10 @@ def test_index_put_accumulate_is_a_declared_fallback():
     lg = lower_graph(gm, Config(fallback="warn"))
     assert [f[0] for f in lg.fallbacks] == ["aten.index_put.default"]
     assert "accumulate" in lg.fallbacks[0][2]
+    m = torch.tensor([True, False] * 5)
+    gm = make_fx(lambda x, v, m: (aten.index_put.default(x, [m], v),))(x, torch.randn(5, 8), m)
+    lg = lower_graph(gm, Config(fallback="warn"))
+    assert [f[0] for f in lg.fallbacks] == ["aten.index_put.default"]
 
 
 # ------------------------------------------------------------------------------------ pad and copy
@@ -194,6 +198,8 @@ def test_constant_pad_positive_negative_and_int64():
     check(lambda x: (aten.constant_pad_nd.default(x, [-1, -1]),), x)  # pure crop: no fill
     xi = torch.randint(-9, 9, (2, 3, 4))
     check(lambda x: (aten.constant_pad_nd.default(x, [1, 1, 0, 0, 2, 0], -7),), xi)
+    check(lambda x: (aten.constant_pad_nd.default(x, [0, 2], 2**33 + 5),), xi)  # high word != sign
+    check(lambda x: (aten.constant_pad_nd.default(x, [0, 2], 0),), xi)
     xb = torch.randn(4, 5, dtype=torch.bfloat16)
     check(lambda x: (aten.constant_pad_nd.default(x, [0, 3], 0.0),), xb)
     check(lambda x: (aten.constant_pad_nd.default(x, [-5, 2], 0.0),), torch.randn(2, 5))  # all cropped
