@@ -215,3 +215,38 @@ def test_copy_broadcast_and_casts():
     check(lambda d, s: (aten.copy.default(d, s),), torch.empty(()), torch.tensor(3.0))
     check(lambda d, s: (aten.copy.default(d, s),), torch.empty(2, 3, dtype=torch.bfloat16),
           torch.randn(3, 2).t(), exact=False)
+
+
+# ------------------------------------------------------------------------------------ end to end
+
+OPTS = {"fallback": "error", "cache": False}
+
+
+def test_torch_compile_embedding_cat_pad_forward_and_backward():
+    def f(w, i, a, b):
+        e = torch.nn.functional.embedding(i, w)
+        p = torch.nn.functional.pad(torch.cat([a, b], dim=-1), (2, 3))
+        return e * 2, p * 3
+
+    w = torch.randn(50, 32, requires_grad=True)
+    i = torch.randint(0, 50, (3, 7))
+    a, b = torch.randn(300, 5, requires_grad=True), torch.randn(300, 9, requires_grad=True)
+    outs = torch.compile(f, backend="neuron", options=OPTS)(w, i, a, b)
+    ref = f(w, i, a, b)
+    gos = [torch.randn_like(o) for o in ref]
+    for x, y in zip(outs, ref):
+        torch.testing.assert_close(x, y)
+    for x, y in zip(torch.autograd.grad(outs, (w, a, b), gos), torch.autograd.grad(ref, (w, a, b), gos)):
+        torch.testing.assert_close(x, y)
+
+
+def test_torch_compile_static_kv_cache_update():
+    def step(cache, new, pos):
+        cache = cache.clone()
+        cache[:, :, pos] = new
+        return cache
+
+    c, n = torch.randn(2, 3, 200, 8), torch.randn(2, 3, 2, 8)
+    pos = torch.tensor([3, 199])
+    got = torch.compile(step, backend="neuron", options=OPTS)(c, n, pos)
+    assert torch.equal(got, step(c, n, pos))
