@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,9 @@ def run_cache(args: argparse.Namespace) -> int:
     root = Path(getattr(args, "cache_dir", None) or default_root(_config()))
     try:
         return handler(args, root)
+    except BrokenPipeError:  # `... | head`: the reader went away, which is not our failure
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except UsageError as e:
         print(f"neuron-inductor cache {cmd}: error: {e}", file=sys.stderr)
         return 2
@@ -107,6 +111,11 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _shapes(shapes: list, limit: int = 4) -> str:
+    text = " ".join(manage.shape_text(s) for s in shapes[:limit])
+    return text + (f" (+{len(shapes) - limit})" if len(shapes) > limit else "")
 
 
 def _ago(t: float | None) -> str:
@@ -143,7 +152,7 @@ def _cmd_list(args: argparse.Namespace, root: Path) -> int:
             print(f"no cache entries in {root}")
             return
         _table([[r["key"][:12], r["graph_name"], r["kind"],
-                 " ".join(manage.shape_text(s) for s in r["input_shapes"]), ",".join(r["dtype"]),
+                 _shapes(r["input_shapes"]), ",".join(r["dtype"]),
                  str(r["n_kernels"] if r["n_kernels"] is not None else "?"), manage.human_size(r["size"]),
                  _ago(r["created"]), _ago(r["last_hit"]), str(r["hits"]), r["summary"][:48]]
                 for r in rows],
@@ -341,6 +350,7 @@ def _cmd_explain(args: argparse.Namespace, root: Path) -> int:
             return 1
         record, exclude = e.read_json(RECORD), e.key
     near, diff = manage.nearest(store, record, exclude=exclude) if store else (None, [])
+    diff = manage.summarise_graph_diff(diff)
     data = {"nearest": near.key if near else None, "differences":
             [{"field": f, "this": a, "nearest": b} for f, a, b in diff]}
 
@@ -351,7 +361,9 @@ def _cmd_explain(args: argparse.Namespace, root: Path) -> int:
         meta = near.read_json(META)
         print(f"nearest entry {near.key[:12]} ({meta.get('graph_name', '?')}, {meta.get('kind', '?')}) "
               f"differs in {len(diff)} field(s):")
-        _table([[f, _short(a), _short(b)] for f, a, b in diff], ["FIELD", "THIS", "NEAREST"])
+        _table([[f, _short(a), _short(b)] for f, a, b in diff[:40]], ["FIELD", "THIS", "NEAREST"])
+        if len(diff) > 40:
+            print(f"... {len(diff) - 40} more (all of them with --json)")
 
     _emit(args, data, human)
     return 0

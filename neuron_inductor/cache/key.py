@@ -33,13 +33,16 @@ def _dim(v: Any) -> Any:
 
 def tensor_value_hash(t: torch.Tensor) -> str:
     """Constants enter the key by value, so renaming a buffer keeps the key and changing it does not."""
-    t = t.detach()
     if t.device.type == "meta" or _is_fake(t):
         return "unhashable:" + _tensor_meta_text(t)
-    t = t.cpu().contiguous()
-    h = hashlib.sha256(_tensor_meta_text(t).encode())
-    if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # AOTAutograd calls the backend inside its FakeTensorMode; reading real bytes needs it off.
+    with unset_fake_temporarily(), torch.no_grad():
+        t = t.detach().cpu().contiguous()
+        h = hashlib.sha256(_tensor_meta_text(t).encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 

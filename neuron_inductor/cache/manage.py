@@ -136,6 +136,20 @@ def diff_records(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
             if fa.get(k, "<absent>") != fb.get(k, "<absent>")]
 
 
+def summarise_graph_diff(diff: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
+    """Fold per-node graph differences into one row: the count and the first differing node.
+
+    Once two graphs differ in one node, positions shift and every later node "differs"; a person
+    needs the first difference, not hundreds of lines.
+    """
+    graph = [d for d in diff if d[0].startswith("graph[")]
+    if len(graph) <= 1:
+        return diff
+    first = min(graph, key=lambda d: int(d[0][len("graph["):].split("]")[0]))
+    rest = [d for d in diff if not d[0].startswith("graph[")]
+    return rest + [(f"{first[0]} (first of {len(graph)} differing nodes)", first[1], first[2])]
+
+
 def nearest(store: Store, record: dict, exclude: str | None = None) -> tuple[EntryInfo | None, list]:
     """The entry whose record differs from ``record`` in the fewest fields (newest wins a tie)."""
     best: tuple[int, float] | None = None
@@ -282,5 +296,5 @@ def _du(p: Path) -> int:
 
 
 __all__ = ["entry_row", "matches", "verify_all", "plan_prune", "apply_prune", "clear", "diff_records",
-           "nearest", "flatten_record_for_show", "export", "import_", "parse_size", "parse_age", "human_size", "human_age",
+           "nearest", "summarise_graph_diff", "flatten_record_for_show", "export", "import_", "parse_size", "parse_age", "human_size", "human_age",
            "shape_text"]

@@ -123,3 +123,14 @@ def test_package_fingerprint_tracks_source_edits(monkeypatch, tmp_path):
     keymod.package_fingerprint.cache_clear()
     assert keymod.package_fingerprint()["source_sha256"] != h1  # any source edit invalidates
     keymod.package_fingerprint.cache_clear()
+
+
+def test_constants_hash_inside_an_active_fake_mode():
+    # AOTAutograd calls the backend (and so the key) with its FakeTensorMode active.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(3)
+    gm = make_fx(lambda x: x + torch.tensor([1.0, 2.0, 3.0]))(x)
+    expected = key(gm, [x])
+    with FakeTensorMode():
+        assert key(gm, [x]) == expected
