@@ -115,6 +115,13 @@ def test_index_select_int64_data():
     check(lambda x, i: (aten.index_select.default(x, 0, i),), x, torch.tensor([3, 0, 19, 3]))
 
 
+def test_gathers_of_int64_tables_and_scalar_indices():
+    w = torch.randint(-2**40, 2**40, (9, 3))  # int64 rows: word pairs, high words included
+    check(lambda w, i: (aten.embedding.default(w, i),), w, torch.tensor([[1, 8], [0, 0]]))
+    check(lambda x, i: (aten.index_select.default(x, 1, i),), torch.randn(3, 4), torch.tensor(2))
+    check(lambda x, i: (aten.index_select.default(x, 0, i),), torch.tensor(5.0), torch.tensor([0]))
+
+
 # ------------------------------------------------------------------------------------ cat
 
 def test_cat_three_on_dim0_ragged():
@@ -172,6 +179,15 @@ def test_index_put_kv_cache_update():
     check(lambda c, v, p: (aten.index_put.default(c, [None, None, p], v),), cache, new2, pos32)
 
 
+def test_index_put_2d_index_and_int64_scatters():
+    x, v = torch.randn(4, 50, 3), torch.randn(4, 2, 3, 3)
+    idx = torch.tensor([[1, 2, 3], [40, 41, 49]])
+    check(lambda x, v, i: (aten.index_put.default(x, [None, i], v),), x, v, idx)
+    b, s = torch.randint(-2**40, 2**40, (300, 3)), torch.randint(-2**40, 2**40, (300,))
+    check(lambda b, s: (aten.select_scatter.default(b, s, 1, 0),), b, s)
+    check(lambda b, s: (aten.slice_scatter.default(b, s, 0, 2, 5),), b, b[:3].clone())
+
+
 def test_index_put_dim0_bf16():
     x, v = torch.randn(10, 8).to(torch.bfloat16), torch.randn(3, 8).to(torch.bfloat16)
     check(lambda x, v, i: (aten.index_put.default(x, [i], v),), x, v, torch.tensor([9, 0, 4]))
@@ -213,6 +229,9 @@ def test_copy_broadcast_and_casts():
     check(lambda d, s: (aten.copy.default(d, s),), torch.empty(4, 3, dtype=torch.bool),
           torch.tensor([0.0, 2.0, -1.0]))
     check(lambda d, s: (aten.copy.default(d, s),), torch.empty(()), torch.tensor(3.0))
+    check(lambda d, s: (aten.copy.default(d, s),), torch.empty(3, dtype=torch.int64),
+          torch.tensor([1.5, -2.7, 3.0]))  # float -> int64 truncates; high word is the sign
+    check(lambda x: (aten.constant_pad_nd.default(x, [1, 2], True),), torch.rand(3, 4) > 0.5)
     check(lambda d, s: (aten.copy.default(d, s),), torch.empty(2, 3, dtype=torch.bfloat16),
           torch.randn(3, 2).t(), exact=False)
 
