@@ -5,7 +5,6 @@ Stages (each a seam for tests and the cache): passes -> fusion + lowering -> cod
 """
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import time
@@ -39,7 +38,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     from .lowering import lower_graph
 
     t0 = time.perf_counter()
-    gm = run_passes(copy.deepcopy(gm))
+    gm = run_passes(gm)  # the cache key was taken before; AOT does not reuse gm
     lowered = lower_graph(gm, cfg, name)
     program = lowered.program
     kernels_src = generate_kernels_module(program.kernels, graph_name=name)
@@ -95,6 +94,10 @@ def graph_name(gm: fx.GraphModule, kind: str) -> str:
 
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, cfg: Config) -> Callable:
     """The compiled callable for one ATen graph (boxed: takes a list of inputs)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     name = graph_name(gm, kind)
-    return compile_cached(gm, list(example_inputs), kind, cfg,
-                          lambda: build_artifact(gm, kind, cfg, name))
+    # AOTAutograd calls us inside its fake mode; our pipeline works on real constants and metadata
+    with unset_fake_temporarily():
+        return compile_cached(gm, list(example_inputs), kind, cfg,
+                              lambda: build_artifact(gm, kind, cfg, name))

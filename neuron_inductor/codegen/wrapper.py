@@ -87,7 +87,10 @@ def generate_wrapper_module(program: Program) -> str:
     """The wrapper module text; it loads the sibling ``kernels`` module at import time."""
     lines = [MODULE_DOC.format(name=program.name.replace('"', "'").replace('\\', '/')), "import torch", "",
              "from neuron_inductor.runtime import host", "",
-             'kernels = host.load_sibling(__file__, "kernels")', "", "", "def call(args):"]
+             'kernels = host.load_sibling(__file__, "kernels")', ""]
+    for cname, value in program.constants.items():
+        lines.append(f"{cname} = {_constant(value)}")
+    lines += ["", "", "def call(args):"]
     body: list[str] = []
     for name, meta in zip(program.inputs, program.input_meta or [None] * len(program.inputs)):
         if meta is not None:
@@ -133,8 +136,20 @@ def generate_wrapper_module(program: Program) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _constant(t: Any) -> str:
+    """A graph constant as source: a literal (contiguous) tensor built once at import time."""
+    import torch
+    data = t.detach().cpu()
+    if data.dtype in (torch.bfloat16, torch.float16):
+        data = data.float()
+    body = render_const(data.tolist()) if data.dim() else render_const(data.item())
+    if data.numel() == 0:
+        return f"torch.empty({_tuple(t.shape)}, dtype={t.dtype})"
+    return f"torch.tensor({body}, dtype={t.dtype})"
+
+
 def _host_names(program: Program) -> set[str]:
-    names = set(program.inputs) | {"torch", "host", "kernels", "call", "args"}
+    names = set(program.inputs) | set(program.constants) | {"torch", "host", "kernels", "call", "args"}
     for st in program.steps:
         if isinstance(st, (KernelCall, Fallback)):
             names.update(st.results)

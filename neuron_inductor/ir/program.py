@@ -98,6 +98,8 @@ class Program:
     steps: list[Step] = field(default_factory=list)
     #: each output is a host value name (``Ref``) or a Python constant (``None``, an int, ...)
     outputs: list[Any] = field(default_factory=list)
+    #: tensor constants of the graph (``get_attr``), created once when the wrapper module loads
+    constants: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[Kernel]:

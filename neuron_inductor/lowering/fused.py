@@ -117,10 +117,11 @@ class _FusedLowering:
         D, R = list(group.domain), set(group.reduce_axes)
         self.D0, self.R0 = D, R
         self.post: set[fx.Node] = set()
+        # values computed from a reduction's result (its dependents in the group, transitively)
         for n in group.nodes:
-            if n.target in REDUCTIONS or any(a in self.post for a in n.all_input_nodes):
-                if n.target not in REDUCTIONS or any(a in self.post for a in n.all_input_nodes):
-                    self.post.add(n)
+            if any(a in self.post or (a in self.members and a.target in REDUCTIONS)
+                   for a in n.all_input_nodes):
+                self.post.add(n)
         self.reductions = [n for n in group.nodes if n.target in REDUCTIONS]
         self.seeded: set[fx.Node] = set()   # values provided by the caller (a matmul result)
         self.post_nodes = self.post | set(self.reductions)
@@ -352,7 +353,8 @@ class _FusedLowering:
 
     def _post(self, accs) -> None:
         if self.accumulate:
-            self.vals = dict(accs)
+            self.vals = {r: TVal("row", TileRegion(a.region.tile, a.region.starts, (self.rows, 1)))
+                         for r, a in accs.items()}
             for r in self.reductions:
                 self.vals[r] = self._finish_reduction(r, self.vals[r])
                 if r in self.g.outputs:

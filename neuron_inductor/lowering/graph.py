@@ -27,6 +27,10 @@ log = logging.getLogger("neuron_inductor")
 aten = torch.ops.aten
 
 
+#: larger tensor constants would bloat the generated wrapper; AOTAutograd lifts parameters as inputs
+MAX_CONSTANT_NUMEL = 65536
+
+
 class FallbackError(RuntimeError):
     """Raised with ``fallback="error"`` when an op would run eagerly instead of on Trainium."""
 
@@ -112,6 +116,17 @@ class GraphLowering:
                 else:
                     metas.append(None)
         self.program = Program(self.name, inputs, metas)
+        for n in gm.graph.nodes:
+            if n.op == "get_attr":
+                value = getattr(gm, n.target)
+                if not isinstance(value, torch.Tensor) or value.numel() > MAX_CONSTANT_NUMEL:
+                    raise LoweringError(f"graph constant {n.target} is not a small tensor")
+                cname = f"const{len(self.program.constants)}"
+                self.program.constants[cname] = value
+                self.host[n] = cname
+                size = tuple(int(x) for x in value.shape)
+                stride = tuple(int(x) for x in torch._prims_common.make_contiguous_strides_for(size))
+                self.host_meta[n] = TensorMeta(size, stride, 0, str(value.dtype).replace("torch.", ""))
         groups = partition(gm, self.cfg.fusion)
         for g in groups:
             self.lower_group(g)
