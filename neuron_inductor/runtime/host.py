@@ -124,7 +124,11 @@ def load_file(path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     try:
-        spec.loader.exec_module(module)
+        # compile from source ourselves: the import system would write __pycache__ into the
+        # directory, and a cache entry's files are checksummed and size-accounted
+        with open(path, encoding="utf-8") as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
     except BaseException:
         sys.modules.pop(modname, None)
         raise

@@ -62,3 +62,22 @@ def test_load_dir(tmp_path):
 def test_bad_file_name_refused():
     with pytest.raises(ValueError, match="bad generated file name"):
         load_sources({"../evil.py": "", "wrapper.py": WRAPPER})
+
+
+def test_loading_writes_no_bytecode_next_to_the_sources(tmp_path, monkeypatch):
+    """A cache entry's directory is checksummed and size-accounted: importing it must not add
+    ``__pycache__`` (it did, and LRU eviction then saw entries grow)."""
+    import sys
+
+    from neuron_inductor.runtime import loader
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    d = tmp_path / "entry"
+    d.mkdir()
+    (d / "kernels.py").write_text("X = 1\n")
+    (d / "wrapper.py").write_text(
+        "from neuron_inductor.runtime import host\n"
+        "kernels = host.load_sibling(__file__, 'kernels')\n"
+        "def call(args):\n    return (kernels.X,)\n")
+    mod = loader.load_dir(str(d))
+    assert mod([]) == (1,)
+    assert sorted(p.name for p in d.iterdir()) == ["kernels.py", "wrapper.py"]
