@@ -46,6 +46,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     wrapper_src = generate_wrapper_module(program)
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(program.kernels)
+    counters["aten_ops"] += sum(1 for n in gm.graph.nodes if n.op == "call_function")
     for op, shapes, reason in lowered.fallbacks:
         fallback_ops[op] += 1
     if lowered.fallbacks and cfg.fallback == "warn":
