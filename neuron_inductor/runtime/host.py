@@ -74,19 +74,30 @@ def hbm(t: torch.Tensor, hw_dtype: str) -> torch.Tensor:
     return _reinterpret(flat, torch_dtype(hw_dtype))
 
 
+def _from_numpy(a) -> torch.Tensor:
+    """numpy -> torch without a copy; bfloat16 (ml_dtypes, unknown to torch) travels as int16 bits."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def view(buf: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int,
          dtype: str) -> torch.Tensor:
     """The logical tensor (``size``, ``stride``, ``offset`` in elements of ``dtype``) over a flat
     kernel buffer; the inverse of :func:`hbm` (int32 words -> int64, uint8 -> bool)."""
-    if not isinstance(buf, torch.Tensor):  # e.g. a numpy result from a device runtime
-        buf = torch.from_numpy(buf)
+    if not isinstance(buf, torch.Tensor):  # numpy: a kernel with no tensor arguments, a device runtime
+        buf = _from_numpy(buf)
     buf = buf.reshape(-1) if buf.dim() != 1 else buf
     t = _reinterpret(buf, torch_dtype(dtype))
     need = extent(size, stride) + offset
     if need > t.numel():
         raise ValueError(f"view of {tuple(size)}/{tuple(stride)}+{offset} needs {need} elements, "
                          f"buffer has {t.numel()}")
-    return torch.as_strided(t, tuple(size), tuple(stride), t.storage_offset() + offset)
+    # Not ``torch.as_strided``: autograd would mark a view returned from AOTAutograd's
+    # CompiledFunction as an output of a multi-output function and refuse in-place updates of it
+    # (Trainer does ``loss *= scale``). ``set_`` aliases the same storage without being a view.
+    out = torch.empty((0,), dtype=t.dtype)
+    return out.set_(t.untyped_storage(), t.storage_offset() + offset, tuple(size), tuple(stride))
 
 
 def empty(size: Sequence[int], stride: Sequence[int], dtype: str) -> torch.Tensor:

@@ -21,7 +21,8 @@ class RecordOps(TorchDispatchMode):
 
 
 #: aliasing views and allocations; ``detach`` is how view(dtype) re-wraps its result under a mode
-VIEW_OR_ALLOC = {"as_strided", "view", "empty_strided", "alias", "detach"}
+# "empty" + "set_": host.view aliases a kernel buffer without making an autograd view
+VIEW_OR_ALLOC = {"as_strided", "view", "empty_strided", "alias", "detach", "empty", "set_"}
 
 
 def test_hbm_float_span_of_strided_view():
