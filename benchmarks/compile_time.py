@@ -1,0 +1,82 @@
+"""Cold compile time of neuron_inductor against TorchInductor, side by side in one run.
+
+Each measurement is a fresh process with empty caches (ours and Inductor's). We time the first
+forward+backward call (compile + run) and a second one (run only); compile time is their difference,
+so the simulator's CPU execution of the kernels is not counted as compile time.
+Run: ``python benchmarks/compile_time.py [--model block|llama|both] [--repeat 1]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def child(backend: str, model_name: str) -> None:
+    import torch
+
+    from _models import TransformerBlock, tiny_llama
+    torch.manual_seed(0)
+    if model_name == "llama":
+        model = tiny_llama()
+        ids = torch.randint(0, 256, (2, 64))
+
+        def step(m):
+            m(input_ids=ids, labels=ids).loss.backward()
+    else:
+        model = TransformerBlock()
+        x = torch.randn(2, 64, 64, requires_grad=True)
+
+        def step(m):
+            m(x).sum().backward()
+    cm = torch.compile(model, backend=backend)
+    t0 = time.perf_counter()
+    step(cm)
+    t1 = time.perf_counter()
+    step(cm)
+    t2 = time.perf_counter()
+    print(json.dumps({"first": t1 - t0, "second": t2 - t1}))
+
+
+def measure(backend: str, model_name: str) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, NEURON_INDUCTOR_CACHE_DIR=os.path.join(d, "ni"),
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"), PYTHONPATH=HERE)
+        out = subprocess.run([sys.executable, __file__, "--child", backend, model_name], env=env,
+                             capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r["compile"] = r["first"] - r["second"]
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="both", choices=["block", "llama", "both"])
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    models = ["block", "llama"] if args.model == "both" else [args.model]
+    print(f"{'model':8}{'backend':10}{'first call s':>14}{'steady s':>10}{'compile s':>11}")
+    for m in models:
+        res = {}
+        for be in ("neuron", "inductor"):
+            runs = [measure(be, m) for _ in range(args.repeat)]
+            res[be] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            r = res[be]
+            print(f"{m:8}{be:10}{r['first']:>14.2f}{r['second']:>10.2f}{r['compile']:>11.2f}")
+        ratio = res["neuron"]["compile"] / res["inductor"]["compile"]
+        print(f"{m:8}cold compile neuron / inductor = {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
