@@ -113,3 +113,11 @@ def test_python_dash_m(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"neuron-inductor {neuron_inductor.__version__}"
+
+
+def test_ops_lists_lowered_families():
+    from neuron_inductor.cli import main, supported_ops
+    ops = supported_ops()
+    assert "mm" in ops["kernels"] and "exp" in ops["pointwise"] and "sum" in ops["reductions"]
+    assert "permute" in ops["views (access patterns, no kernel)"]
+    assert main(["ops", "--json"]) == 0
