@@ -78,6 +78,56 @@ def embedding_dense_backward(grad: torch.Tensor, indices: torch.Tensor, num_weig
     return aten.mm.default(aten.permute.default(onehot, [1, 0]), g)
 
 
+def _var_and_mean(x: torch.Tensor, dim, correction, keepdim: bool):
+    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else [d % max(x.dim(), 1) for d in dim]
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    c = 1 if correction is None else correction
+    mean = aten.mean.dim(x, dims, True)
+    diff = aten.sub.Tensor(x, mean)
+    var = aten.div.Scalar(aten.sum.dim_IntList(aten.mul.Tensor(diff, diff), dims, keepdim), max(n - c, 0))
+    return var, (mean if keepdim else aten.squeeze.dims(mean, dims))
+
+
+@_register(aten.var_mean.correction)
+def var_mean(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
+    """In ATen ops we lower: torch's ref emits prims.var/sum/broadcast_in_dim, which would fall back
+    (inference graphs of every LayerNorm model: layer_norm -> var_mean)."""
+    if not x.is_floating_point():
+        return NotImplemented
+    return _var_and_mean(x, dim, correction, keepdim)
+
+
+@_register(aten.var.correction)
+def var(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
+    if not x.is_floating_point():
+        return NotImplemented
+    return _var_and_mean(x, dim, correction, keepdim)[0]
+
+
+@_register(aten.native_layer_norm.default)
+def native_layer_norm(x: torch.Tensor, normalized_shape, weight, bias, eps: float):
+    """LayerNorm in ATen ops we lower. torch's ref computes var_mean through prims (prims.var,
+    broadcast_in_dim) in no-grad/inference graphs, which had no lowering and ran on the host."""
+    if not x.is_floating_point():
+        return NotImplemented
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    xf = aten._to_copy.default(x, dtype=torch.float32) if x.dtype != torch.float32 else x
+    var, mean = _var_and_mean(xf, dims, 0, True)
+    rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    out = aten.mul.Tensor(aten.sub.Tensor(xf, mean), rstd)
+    if weight is not None:
+        out = aten.mul.Tensor(out, weight)
+    if bias is not None:
+        out = aten.add.Tensor(out, bias)
+    if x.dtype != torch.float32:
+        out = aten._to_copy.default(out, dtype=x.dtype)
+        mean = aten._to_copy.default(mean, dtype=x.dtype)
+        rstd = aten._to_copy.default(rstd, dtype=x.dtype)
+    return out, mean, rstd
+
+
 def decomposition_table() -> dict:
     """Core ATen + the composites above + our own rewrites (ours win)."""
     table = dict(core_aten_decompositions())

@@ -1,0 +1,61 @@
+"""Compiler bugs found by the Hugging Face architecture matrix (benchmarks/architectures.py), one test each."""
+from __future__ import annotations
+
+import torch
+
+import neuron_inductor.compile as nc
+
+
+def _compile(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="neuron")
+
+
+def test_input_mutation_alone_in_its_group_is_written_back():
+    """A static KV cache's counter (``len.add_(1)``) and cache write (``index_put`` + ``copy_``) land in
+    groups whose only effect is the ``copy_``; the group had no escaping output and its kernel was
+    dropped, so the second decode step read a stale cache (gpt2/llama generate diverged at token 3)."""
+    def step(x, counter, cache):
+        pos = counter + torch.arange(1)
+        cache.index_put_((torch.tensor([0, 1]).unsqueeze(1), pos), x)
+        counter.add_(1)
+        return x * 2
+
+    def run(fn):
+        counter = torch.zeros((), dtype=torch.int64)
+        cache = torch.zeros(2, 5)
+        outs = [fn(torch.full((2, 1), float(i + 1)), counter, cache) for i in range(3)]
+        return outs, counter, cache
+
+    eo, ec, ek = run(step)
+    co, cc, ck = run(_compile(step))
+    assert int(cc) == 3 == int(ec)
+    torch.testing.assert_close(ck, ek)
+    torch.testing.assert_close(co, eo)
+
+
+def test_inference_layer_norm_has_no_fallback():
+    """Under no_grad torch's LayerNorm ref computes var_mean with prims (prims.var, broadcast_in_dim),
+    which had no lowering: every LayerNorm model's inference graph ran them on the host."""
+    ln = torch.nn.LayerNorm(24)
+    torch.nn.init.normal_(ln.weight)
+    torch.nn.init.normal_(ln.bias)
+    x = torch.randn(3, 5, 24)
+    nc.reset_counters()
+    with torch.no_grad():
+        got = _compile(ln)(x)
+        expected = ln(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert not nc.fallback_ops, dict(nc.fallback_ops)
+
+
+def test_var_mean_matches_with_correction():
+    """Our var/var_mean decompositions (Bessel correction, keepdim, several dims)."""
+    def f(x):
+        v, m = torch.var_mean(x, dim=(1, 2), correction=1, keepdim=False)
+        return v + m + torch.var(x, dim=-1, unbiased=False)[:, :1].sum()
+    x = torch.randn(4, 6, 10)
+    nc.reset_counters()
+    with torch.no_grad():
+        torch.testing.assert_close(_compile(f)(x), f(x), rtol=1e-5, atol=1e-5)
+    assert not nc.fallback_ops, dict(nc.fallback_ops)
