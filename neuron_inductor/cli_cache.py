@@ -44,7 +44,7 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--older-than", help="only entries unused for this long (90s, 30m, 12h, 7d)")
     s = add("show", "the key record, metadata, cost counters and kernel sources of one entry")
     s.add_argument("key", help="key or unique key prefix")
-    s.add_argument("--cost", action="store_true", help="only the cost counters table")
+    s.add_argument("--cost", action="store_true", help="only the modelled per-kernel cost table")
     add("stats", "entries, size, hits and misses (all processes), by package version")
     s = add("verify", "check every entry's checksums")
     s.add_argument("--remove", action="store_true", help="delete the entries that fail")
@@ -201,8 +201,12 @@ def _cmd_show(args: argparse.Namespace, root: Path) -> int:
 
 
 def _print_cost(cost: Any) -> None:
+    from neuron_inductor.costmodel.summary import format_cost_summary, is_cost_summary
+
     if not cost:
         print("  (no cost counters recorded for this entry)")
+    elif is_cost_summary(cost):
+        print(format_cost_summary(cost))
     elif isinstance(cost, dict) and all(isinstance(v, dict) for v in cost.values()):
         cols = sorted({c for v in cost.values() for c in v})
         _table([[k, *[str(v.get(c, "")) for c in cols]] for k, v in cost.items()], ["", *cols])

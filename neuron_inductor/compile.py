@@ -61,10 +61,30 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
         "fallbacks": [{"op": op, "shapes": s, "reason": r} for op, s, r in lowered.fallbacks],
         "compile_seconds": time.perf_counter() - t0,
     }
+    meta["cost"] = _model_cost(program.kernels, cfg)
     sources = {"kernels.py": kernels_src, "wrapper.py": wrapper_src}
     if cfg.debug_dir:
         _dump(Path(cfg.debug_dir) / name, gm, lowered, sources)
     return Artifact(sources, meta)
+
+
+def _model_cost(kernels, cfg: Config) -> dict | None:
+    """The cost model's per-kernel verdict, stored with the entry so ``cache show --cost`` can print
+    it without recompiling. Static and cheap (it summarises loop bodies, never unrolls them), but a
+    pricing failure must never fail a compile: it is logged and recorded instead."""
+    from .costmodel.model import estimate_program
+    from .costmodel.summary import summarize_program
+    from .target import get_target
+
+    t0 = time.perf_counter()
+    try:
+        target = get_target(getattr(cfg, "target", None))
+        out = summarize_program(estimate_program(kernels, target), target.name)
+    except Exception as e:  # noqa: BLE001 - diagnostics only
+        log.warning("neuron_inductor: cost model failed: %s: %s", type(e).__name__, e)
+        return {"error": f"{type(e).__name__}: {e}"}
+    out["model_seconds"] = time.perf_counter() - t0
+    return out
 
 
 def _dump(d: Path, gm: fx.GraphModule, lowered, sources: dict[str, str]) -> None:
