@@ -174,6 +174,12 @@ class Partitioner:
                 else:
                     self._new("kernel", n)
                 continue
+            if n.target is aten.copy_.default:  # an input mutation: after every read of the old value
+                if not (self.fusion and self._try_fuse(n, self._readers(n))):
+                    self._new("fused", n, domain=tuple(val(n).shape))
+                for h in self._readers(n):
+                    self.dag.add_edge(id(h), id(self.group_of[n]))
+                continue
             if self.fusion and self._try_fuse(n):
                 continue
             if n.target in REDUCTIONS:
@@ -187,7 +193,23 @@ class Partitioner:
             g.nodes.sort(key=order.__getitem__)
         return [self._by_id[i] for i in nx.topological_sort(self.dag)]
 
-    def _try_fuse(self, n: fx.Node) -> bool:
+    def _readers(self, n: fx.Node) -> list[Group]:
+        """Groups other than ``n``'s that read the tensor ``copy_`` node ``n`` overwrites."""
+        found, todo = [], [view_root(n.args[0])]
+        while todo:
+            x = todo.pop()
+            for u in x.users:
+                if u is n:
+                    continue
+                if u.op == "call_function" and u.target in VIEWS:
+                    todo.append(u)
+                elif u in self.group_of and self.group_of[u] not in found:
+                    found.append(self.group_of[u])
+        return found
+
+    def _try_fuse(self, n: fx.Node, readers: list[Group] = ()) -> bool:
+        """Join a producer's group. ``readers`` (for a mutation) must all run before that group:
+        never the group itself (a kernel would overwrite what it still reads), never after it."""
         cands = []
         for a in n.all_input_nodes:
             g = self.group_of.get(view_root(a))
@@ -195,6 +217,8 @@ class Partitioner:
                     and self._reaches_in_order(g, a):
                 cands.append(g)
         for g in reversed(cands):
+            if g in readers or any(nx.has_path(self.dag, id(g), id(h)) for h in readers):
+                continue
             saved = g.reduce_axes
             if self._compatible(g, n) and not self._creates_cycle(g, n):
                 self._add(g, n)
@@ -214,6 +238,8 @@ class Partitioner:
             g.outputs = outs
 
     def _escapes(self, g: Group, m: fx.Node) -> bool:
+        if m.target is aten.copy_.default:  # its effect is the write, even with no users
+            return True
         for u in m.users:
             if u.op == "output":
                 return True
