@@ -71,6 +71,16 @@ def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
     return sorted({d % nd for d in dims}), bool(keep)
 
 
+def _split_rows(n: int) -> int:
+    """Partitions for a flat span of ``n`` elements: the largest divisor of ``n`` up to 128, used when
+    it keeps at least a quarter of the partitions busy and leaves >= 2 elements per partition (a
+    span of 154800 = 2*129*600 runs as [120, 1290] instead of one partition of 154800); else 1."""
+    if n < 2 * 32:
+        return 1
+    d = next(d for d in range(min(PMAX, n // 2), 0, -1) if n % d == 0)
+    return d if d >= 32 else 1
+
+
 def _contig(shape) -> list[int]:
     st, acc = [], 1
     for s in reversed(list(shape)):
@@ -212,22 +222,21 @@ class _FusedLowering:
             others = [a for a in R if a != F and D[a] > 1]
             if others:
                 P, self.p_reduced = max(others, key=lambda a: (D[a], a)), True
-            elif D[F] % PMAX == 0 and D[F] >= 2 * PMAX and not any(
-                    D[a] > 1 for a in range(n) if a != F):
-                self._split_free(F)
+            elif not any(D[a] > 1 for a in range(n) if a != F) and _split_rows(D[F]) > 1:
+                self._split_free(F, _split_rows(D[F]))
                 return
         self.F, self.P = F, P
         self.outer = [a for a in range(n) if a not in R and a not in (F, P) and D[a] > 1]
         self.seq = [a for a in R if a not in (F, P) and D[a] > 1]
 
-    def _split_free(self, F: int) -> None:
-        """A 1-D iteration space [N] becomes [128, N/128] so all partitions work."""
+    def _split_free(self, F: int, rows: int) -> None:
+        """A 1-D iteration space [N] becomes [rows, N/rows] so (nearly) all partitions work."""
         N, red = self.D[F], F in self.R
         for table in (self.node_strides, self.loads, self.stores):
             for k, st in table.items():
                 s = st[F]
-                table[k] = [s * (N // PMAX), s]
-        self.D = [PMAX, N // PMAX]
+                table[k] = [s * (N // rows), s]
+        self.D = [rows, N // rows]
         self.R = {0, 1} if red else set()
         self.P, self.F = 0, 1
         self.p_reduced = red

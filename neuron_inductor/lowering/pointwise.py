@@ -67,7 +67,15 @@ def unary(ctx, func: str, a: TVal, dtype: str, scale: float = 1.0, py=None) -> T
     return TVal(a.kind, dst)
 
 
+def _operand(v):
+    """A scalar argument as the instruction operand: lowerings receive Python scalars as ``TVal``s."""
+    if isinstance(v, TVal):
+        return v.scalar if v.kind == "scalar" else v.region
+    return v
+
+
 def scalar_op(ctx, a: TVal, op0: str, v0, dtype: str, op1: str | None = None, v1=None) -> TVal:
+    v0, v1 = _operand(v0), _operand(v1)
     if a.kind == "scalar":
         r = _PY[op0](a.scalar, v0)
         return TVal.const(_PY[op1](r, v1) if op1 else r)
@@ -95,9 +103,28 @@ def copy(ctx, a: TVal, dtype: str, kind: str | None = None) -> TVal:
     return TVal(kind, dst)
 
 
+#: ops for which eager casts a Python scalar operand to a low-precision tensor's dtype first (mul and
+#: div keep it in fp32 "opmath"); for comparisons this decides ties, e.g. bf16 x >= -0.3
+_ROUNDS_SCALAR = {"add", "subtract", "equal", "not_equal", "greater", "greater_equal", "less",
+                  "less_equal"}
+
+
+def _round_scalar(node, v: TVal) -> TVal:
+    """``v`` rounded like eager rounds a scalar operand of a bf16/fp16 op."""
+    if v.kind != "scalar" or not isinstance(v.scalar, float):
+        return v
+    dts = [a.meta["val"].dtype for a in node.args if isinstance(a, torch.fx.Node)]
+    low = [d for d in dts if d in (torch.bfloat16, torch.float16)]
+    if low and len(set(dts)) == 1:
+        return TVal.const(torch.tensor(v.scalar, dtype=low[0]).item())
+    return v
+
+
 def _bin(op: str):
     def lower(ctx, node, a, b, *rest, **kw):
-        alpha = kw.get("alpha", rest[0] if rest else 1)
+        alpha = _operand(kw.get("alpha", rest[0] if rest else 1))
+        if op in _ROUNDS_SCALAR:
+            a, b = _round_scalar(node, a), _round_scalar(node, b)
         if alpha != 1:
             b = scalar_op(ctx, b, "multiply", alpha, tile_dtype(node.meta["val"]))
         return binary(ctx, op, a, b, tile_dtype(node.meta["val"]))
