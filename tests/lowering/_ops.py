@@ -34,7 +34,7 @@ def _flat(out) -> list:
 
 
 def check_cases(fn: Callable, cases: Sequence[Sequence], grad: bool = False, rtol=None, atol=None,
-                _allow_fallback: bool = False, **options) -> list:
+                low_rtol=None, low_atol=None, _allow_fallback: bool = False, **options) -> list:
     """``fn(*case)`` for every case in ONE compiled graph; every output and input grad vs eager."""
     cases = [tuple(c) for c in cases]
     sizes = [len(c) for c in cases]
@@ -64,10 +64,10 @@ def check_cases(fn: Callable, cases: Sequence[Sequence], grad: bool = False, rto
 
     def t(dtype):
         d = dict(tol(dtype))
-        if rtol is not None:
-            d["rtol"] = rtol
-        if atol is not None:
-            d["atol"] = atol
+        if dtype in LOW:   # overrides: low_rtol/low_atol for bf16/fp16, rtol/atol for the rest
+            d.update({k: v for k, v in (("rtol", low_rtol), ("atol", low_atol)) if v is not None})
+        else:
+            d.update({k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None})
         return d
     # fp32 reference for low-precision values: eager bf16 rounds every intermediate, our fused
     # kernels keep fp32 on chip, so where the two differ we require ours to be no further from
