@@ -1,0 +1,99 @@
+"""The Dynamo backend's contract: options validation, fullgraph/dynamic/no_grad, fallbacks (error
+mode, float64), and the debug dump."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuron_inductor import compile as nic
+from neuron_inductor.lowering.graph import FallbackError
+
+
+def _run(fn, *args, **kw):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="neuron", **kw)(*args)
+
+
+def test_unknown_option_lists_valid_ones():
+    with pytest.raises(Exception) as e:
+        _run(lambda x: x + 1, torch.ones(3), options={"fuson": False})
+    msg = str(e.value)
+    assert "fuson" in msg and "fusion" in msg and "fallback" in msg
+
+
+def test_bad_option_value_names_the_choices():
+    with pytest.raises(Exception) as e:
+        _run(lambda x: x + 1, torch.ones(3), options={"fallback": "loud"})
+    assert "warn" in str(e.value) and "error" in str(e.value)
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_fullgraph(fullgraph):
+    def fn(x):
+        y = x.exp()
+        if not fullgraph:
+            print("graph break", end="")   # a graph break splits into two compiled graphs
+        return (y * 2).sum(-1)
+    x = torch.randn(300, 130)
+    torch.testing.assert_close(_run(fn, x, fullgraph=fullgraph, options={"fallback": "error"}),
+                               fn(x), atol=1e-4, rtol=1e-5)
+
+
+def test_dynamic_false_recompiles_per_shape():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.tanh(x) + 1, backend="neuron", dynamic=False)
+    for n in (3, 300, 5):
+        x = torch.randn(n, 7)
+        torch.testing.assert_close(f(x), torch.tanh(x) + 1)
+
+
+def test_no_grad():
+    x = torch.randn(300, 130, requires_grad=True)
+    with torch.no_grad():
+        out = _run(lambda x: torch.sigmoid(x) * x, x, options={"fallback": "error"})
+    assert not out.requires_grad
+    torch.testing.assert_close(out, torch.sigmoid(x.detach()) * x.detach())
+
+
+def test_fallback_error_names_the_op():
+    with pytest.raises(Exception) as e:
+        _run(lambda x: torch.cumsum(x, 0), torch.randn(5, 3), options={"fallback": "error"})
+    assert isinstance(e.value, FallbackError) or "FallbackError" in repr(e.value) or \
+        isinstance(getattr(e.value, "inner_exception", None), FallbackError)
+    assert "cumsum" in str(e.value)
+
+
+def test_fallback_warn_is_counted_and_correct():
+    nic.fallback_ops.clear()
+    x = torch.randn(5, 3)
+    out = _run(lambda x: torch.cumsum(x.exp(), 0) + 1, x)
+    torch.testing.assert_close(out, torch.cumsum(x.exp(), 0) + 1)
+    assert any("cumsum" in op for op in nic.fallback_ops)
+
+
+def test_float64_falls_back_and_is_right():
+    nic.fallback_ops.clear()
+    x = torch.randn(300, 130, dtype=torch.float64, requires_grad=True)
+    out = _run(lambda x: (x.exp() * 3).sum(-1), x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, (x.exp() * 3).sum(-1))
+    assert sum(nic.fallback_ops.values()) > 0
+
+
+def test_debug_dump_dir(tmp_path):
+    _run(lambda x: torch.softmax(x, -1), torch.randn(4, 9), options={"debug_dir": str(tmp_path)})
+    dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert dirs
+    for name in ("graph.txt", "groups.txt", "ir.txt", "kernels.py", "wrapper.py"):
+        f = dirs[0] / name
+        assert f.exists() and f.stat().st_size > 0, name
+    compile(dirs[0].joinpath("kernels.py").read_text(), "kernels.py", "exec")
+    compile(dirs[0].joinpath("wrapper.py").read_text(), "wrapper.py", "exec")
+
+
+def test_debug_dump_env(tmp_path, monkeypatch):
+    from neuron_inductor import config
+    monkeypatch.setenv("NEURON_INDUCTOR_DEBUG_DIR", str(tmp_path))
+    config.reset()
+    _run(lambda x: x * 2, torch.randn(4))
+    assert list(tmp_path.rglob("kernels.py"))
