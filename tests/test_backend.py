@@ -81,8 +81,9 @@ def test_float64_falls_back_and_is_right():
 
 
 def test_debug_dump_dir(tmp_path):
-    _run(lambda x: torch.softmax(x, -1), torch.randn(4, 9), options={"debug_dir": str(tmp_path)})
-    dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
+    dump = tmp_path / "dump"   # tmp_path also holds the per-test compile cache (conftest)
+    _run(lambda x: torch.softmax(x, -1), torch.randn(4, 9), options={"debug_dir": str(dump)})
+    dirs = [d for d in dump.iterdir() if d.is_dir()]
     assert dirs
     for name in ("graph.txt", "groups.txt", "ir.txt", "kernels.py", "wrapper.py"):
         f = dirs[0] / name
@@ -93,7 +94,7 @@ def test_debug_dump_dir(tmp_path):
 
 def test_debug_dump_env(tmp_path, monkeypatch):
     from neuron_inductor import config
-    monkeypatch.setenv("NEURON_INDUCTOR_DEBUG_DIR", str(tmp_path))
+    monkeypatch.setenv("NEURON_INDUCTOR_DEBUG_DIR", str(tmp_path / "dump"))
     config.reset()
     _run(lambda x: x * 2, torch.randn(4))
-    assert list(tmp_path.rglob("kernels.py"))
+    assert list((tmp_path / "dump").rglob("kernels.py"))
