@@ -14,7 +14,6 @@ import functools
 import sys
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 
 from . import dtypes as dt
@@ -38,7 +37,7 @@ def _torch_to_numpy(t: Any, name: str) -> np.ndarray:
     if t.requires_grad:
         t = t.detach()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.view(torch.int16).numpy().view(dt.bfloat16)
     if t.dtype == torch.float16:
         return t.view(torch.int16).numpy().view(np.float16)
     if t.dtype == torch.bool:
@@ -49,7 +48,7 @@ def _torch_to_numpy(t: Any, name: str) -> np.ndarray:
 def _numpy_to_torch(a: np.ndarray) -> Any:
     import torch
 
-    if a.dtype == dt.bfloat16:
+    if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 

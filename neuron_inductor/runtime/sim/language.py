@@ -21,7 +21,6 @@ from .state import current as _current, loop_range as _loop_range
 from .tensor import Allocation as _Allocation, Tensor as _Tensor
 
 float32 = _dt.float32
-bfloat16 = _dt.bfloat16
 float16 = _dt.float16
 int32 = _dt.int32
 uint32 = _dt.uint32
@@ -90,7 +89,7 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "") -> _T
     d = _dt.normalize(dtype)
     if d is None:
         raise refuse("dtype", f"dtype {dtype!r} has no hardware type (supported: "
-                     f"{sorted(_dt.NAMES.values())})")
+                     f"{list(_dt.ALL_NAMES)})")
     if any(s < 0 for s in shp):
         raise refuse("shape", f"negative size in shape {shp}")
     label = name or (ctx.next_name(buf) if ctx is not None else buf)
@@ -133,5 +132,8 @@ def num_programs(axes: Any = None) -> int:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "bfloat16":  # loaded on first use: importing ml_dtypes is slow (see dtypes.py)
+        globals()["bfloat16"] = d = _dt.bfloat16
+        return d
     raise AttributeError(f"nl.{name} is not supported by the neuron_inductor NKI simulator "
                          "(see the NKI subset contract in neuron_inductor/runtime/sim)")
