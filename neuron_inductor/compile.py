@@ -46,6 +46,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     wrapper_src = generate_wrapper_module(program)
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(program.kernels)
+    counters["collectives"] += len(program.collectives)  # declared host calls, not fallbacks
     counters["aten_ops"] += sum(1 for n in gm.graph.nodes if n.op == "call_function")
     for op, shapes, reason in lowered.fallbacks:
         fallback_ops[op] += 1
@@ -59,6 +60,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
         "n_kernels": len(program.kernels),
         "n_aten_ops": sum(1 for n in gm.graph.nodes if n.op == "call_function"),
         "fallbacks": [{"op": op, "shapes": s, "reason": r} for op, s, r in lowered.fallbacks],
+        "collectives": [c.target for c in program.collectives],
         "compile_seconds": time.perf_counter() - t0,
     }
     meta["cost"] = _model_cost(program.kernels, cfg)

@@ -80,6 +80,20 @@ class Fallback:
     unpack: bool = False  # the op returns a tuple/list that is unpacked into ``results``
 
 
+@dataclass(eq=False)
+class Collective:
+    """A declared collective: functional collective ``target`` (``"_c10d_functional.all_reduce.default"``,
+    ``...wait_tensor.default``...) called on the host through torch's process group. Communication
+    is not a kernel's job and not a missing lowering, so it is counted apart from fallbacks. Same
+    argument conventions as :class:`Fallback`."""
+
+    results: list[str]
+    target: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    unpack: bool = False
+
+
 @dataclass(frozen=True)
 class Ref:
     """A reference to a host value by name inside fallback arguments."""
@@ -87,7 +101,7 @@ class Ref:
     name: str
 
 
-Step = Union[KernelCall, View, Empty, Fallback]
+Step = Union[KernelCall, View, Empty, Fallback, Collective]
 
 
 @dataclass(eq=False)
@@ -108,3 +122,7 @@ class Program:
     @property
     def fallbacks(self) -> list[Fallback]:
         return [s for s in self.steps if isinstance(s, Fallback)]
+
+    @property
+    def collectives(self) -> list[Collective]:
+        return [s for s in self.steps if isinstance(s, Collective)]

@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from ..config import Config
 from ..graph.fusion import Group, partition, tensor_vals, val, view_root
-from ..ir import Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
+from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
 from ..target import Target, get_target
 from .builder import KernelBuilder
 from .fused import Source, lower_fused
@@ -142,7 +142,7 @@ class GraphLowering:
 
     def lower_group(self, g: Group) -> None:
         if g.kind == "fallback":
-            self.fallback(g.nodes[0], g.reason)
+            self.fallback(g.nodes[0], g.reason, collective=is_collective(g.nodes[0].target))
             return
         try:
             self.emit_kernel(g)
@@ -247,13 +247,18 @@ class GraphLowering:
         raise KeyError(host)
 
     # --- fallbacks ---------------------------------------------------------------------------
-    def fallback(self, n: fx.Node, reason: str) -> None:
+    def fallback(self, n: fx.Node, reason: str, collective: bool = False) -> None:
+        """A host call of ``n``'s op: a declared fallback, or (``collective``) a declared collective,
+        which is how communication runs and so neither an error nor a counted fallback."""
         op = str(n.target)
         shapes = _shapes(n)
-        if self.cfg.fallback == "error":
+        if collective:
+            pass
+        elif self.cfg.fallback == "error":
             raise FallbackError(f"neuron_inductor: no Trainium lowering for {op}({shapes}): {reason}. "
                                 "Set options={'fallback': 'warn'} to run it eagerly instead.")
-        self.fallbacks.append((op, shapes, reason))
+        else:
+            self.fallbacks.append((op, shapes, reason))
 
         def conv(a):
             if isinstance(a, fx.Node):
@@ -265,7 +270,7 @@ class GraphLowering:
         kwargs = {k: conv(v) for k, v in n.kwargs.items()}
         v = val(n)
         if isinstance(v, (list, tuple)):
-            results = [self._fresh("fb") for _ in v]
+            results = [self._fresh("cc" if collective else "fb") for _ in v]
             for u in n.users:
                 if u.target is operator.getitem:
                     i = u.args[1]
@@ -274,14 +279,25 @@ class GraphLowering:
                         self.host_meta[u] = meta_of(v[i])
             unpack = True
         else:
-            results = [self._fresh("fb")]
+            results = [self._fresh("cc" if collective else "fb")]
             self.host[n] = results[0]
             if isinstance(v, torch.Tensor):
                 self.host_meta[n] = meta_of(v)
             unpack = False
         target = "aten." + op.split("aten.", 1)[1] if op.startswith("aten.") else op
+        if collective:
+            self.program.steps.append(Collective(results, _qualname(n.target), args, kwargs, unpack))
+            return
         self.program.steps.append(Fallback(results, _qualname(n.target), args, kwargs, reason,
                                            shapes, unpack))
+
+
+#: torch's functional collectives (DDP/FSDP2/DTensor graphs): run on the host's process group
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
+
+
+def is_collective(target) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and target.namespace in COLLECTIVE_NAMESPACES
 
 
 def math_numel(v) -> int:

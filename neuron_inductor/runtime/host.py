@@ -167,3 +167,25 @@ def fallback_counts() -> dict[str, int]:
 def reset_fallback_counts() -> None:
     with _fallback_lock:
         _fallback_counts.clear()
+
+
+# -------------------------------------------------------------------------------------- collectives
+
+_collective_counts: dict[str, int] = {}
+
+
+def count_collective(op: str) -> None:
+    """Record one call of a declared collective (kept apart from fallbacks: not a missing lowering)."""
+    with _fallback_lock:
+        _collective_counts[op] = _collective_counts.get(op, 0) + 1
+
+
+def collective_counts() -> dict[str, int]:
+    """A snapshot of collective calls per op since the last reset."""
+    with _fallback_lock:
+        return dict(_collective_counts)
+
+
+def reset_collective_counts() -> None:
+    with _fallback_lock:
+        _collective_counts.clear()
