@@ -284,7 +284,6 @@ class GraphLowering:
             if isinstance(v, torch.Tensor):
                 self.host_meta[n] = meta_of(v)
             unpack = False
-        target = "aten." + op.split("aten.", 1)[1] if op.startswith("aten.") else op
         if collective:
             self.program.steps.append(Collective(results, _qualname(n.target), args, kwargs, unpack))
             return
