@@ -132,8 +132,11 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         elapsed = time.perf_counter() - t0
         _stats.count("compile_seconds", elapsed)
         meta = _complete_meta(artifact, gm, record, kind, elapsed)
+        files: dict[str, str | bytes] = dict(artifact.sources)
+        # compiled code beside the sources: a hit then skips compiling them (the key pins python)
+        files.update(_runtime_loader().bytecode_files(artifact.sources))
         try:
-            entry = store.write(key, record, artifact.sources, meta)
+            entry = store.write(key, record, files, meta)
         except OSError as e:
             _warn_once("write_failed", root, f"could not write compile cache entry in {root} ({e}); "
                        "continuing without caching this graph")

@@ -195,8 +195,12 @@ class Store:
             return None
 
     # -- write --------------------------------------------------------------------------------------
-    def write(self, key: str, record: dict, sources: dict[str, str], meta: dict) -> Path:
-        """Build the entry in a temp dir beside it and publish it with one rename."""
+    def write(self, key: str, record: dict, sources: dict[str, str | bytes], meta: dict) -> Path:
+        """Build the entry in a temp dir beside it and publish it with one rename.
+
+        ``sources`` are the generated files (text) and their compiled code (bytes); the manifest
+        checksums every one of them.
+        """
         for name in sources:
             if not name or "/" in name or "\\" in name or name.startswith(".") or \
                     name in (MANIFEST, RECORD, META, HITS):
@@ -210,7 +214,7 @@ class Store:
             payload[RECORD] = json.dumps(record, indent=1, sort_keys=True)
             payload[META] = json.dumps(meta, indent=1, sort_keys=True, default=str)
             for name, text in payload.items():
-                data = text.encode()
+                data = text if isinstance(text, bytes) else text.encode()
                 _write_file(tmp / name, data)
                 files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
             manifest = {"schema": SCHEMA_VERSION, "key": key, "created": time.time(),

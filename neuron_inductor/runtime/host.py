@@ -10,8 +10,10 @@ reinterpretations of the same storage, never conversions.
 """
 from __future__ import annotations
 
+import _imp
 import hashlib
 import importlib.util
+import marshal
 import os
 import sys
 import threading
@@ -125,6 +127,51 @@ def module_name_for(path: str) -> str:
     return f"neuron_inductor_generated_{digest}.{stem}"
 
 
+#: compiled code stored beside a generated source (``kernels.py`` -> ``kernels.cpython-311.code``)
+BYTECODE_SUFFIX = f".{sys.implementation.cache_tag}.code"
+_MAGIC = importlib.util.MAGIC_NUMBER
+
+
+def bytecode_path(source_path: str) -> str:
+    return os.path.splitext(source_path)[0] + BYTECODE_SUFFIX
+
+
+def bytecode_for(source: str | bytes, filename: str) -> bytes:
+    """Marshalled code of ``source``, prefixed by the interpreter's bytecode magic and the source's
+    sha256, so it is only ever used for exactly that source on exactly this bytecode format."""
+    src = source.encode("utf-8") if isinstance(source, str) else source
+    code = compile(src, filename, "exec", dont_inherit=True)
+    return _MAGIC + hashlib.sha256(src).digest() + marshal.dumps(code)
+
+
+def _code_for(path: str) -> object:
+    """The code object for the source file ``path``: from its stored bytecode when that matches.
+
+    Compiling the big generated modules was most of a warm cache hit's own cost. We do not let the
+    import system cache bytecode because it writes ``__pycache__`` into the directory (a cache
+    entry's files are checksummed and size-accounted); the cache stores it as an entry file instead.
+    """
+    with open(path, "rb") as f:
+        src = f.read()
+    try:
+        with open(bytecode_path(path), "rb") as f:
+            data = f.read()
+    except OSError:
+        data = b""
+    n = len(_MAGIC)
+    if data[:n] == _MAGIC and data[n:n + 32] == hashlib.sha256(src).digest():
+        try:
+            code = marshal.loads(data[n + 32:])
+        except (EOFError, ValueError, TypeError):
+            code = None
+        if code is not None:
+            fix = getattr(_imp, "_fix_co_filename", None)
+            if fix is not None:  # point tracebacks and inspect at the real file, as .pyc imports do
+                fix(code, path)
+            return code
+    return compile(src, path, "exec", dont_inherit=True)
+
+
 def load_file(path: str) -> ModuleType:
     """Import one Python file as a fresh module (see :func:`load_sibling`)."""
     path = os.path.abspath(path)
@@ -135,11 +182,8 @@ def load_file(path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     try:
-        # compile from source ourselves: the import system would write __pycache__ into the
-        # directory, and a cache entry's files are checksummed and size-accounted
-        with open(path, encoding="utf-8") as f:
-            code = compile(f.read(), path, "exec", dont_inherit=True)
-        exec(code, module.__dict__)
+        # never through the import system: it would write __pycache__ into the directory
+        exec(_code_for(path), module.__dict__)
     except BaseException:
         sys.modules.pop(modname, None)
         raise

@@ -51,6 +51,22 @@ def load_dir(path: str) -> CompiledModule:
     return CompiledModule(path, host.load_file(wrapper_file))
 
 
+def bytecode_files(sources: dict[str, str]) -> dict[str, bytes]:
+    """Compiled code for each ``.py`` source, by the file name :func:`load_dir` looks for.
+
+    Stored in cache entries beside the sources so a hit does not recompile them; a stale or
+    foreign file is ignored at load (it carries the source's hash and the bytecode magic).
+    """
+    out = {}
+    for name, text in sources.items():
+        if name.endswith(".py") and _FILE_NAME.match(name):
+            try:
+                out[name[:-3] + host.BYTECODE_SUFFIX] = host.bytecode_for(text, name)
+            except SyntaxError:  # loading reports it against the source, with its line
+                continue
+    return out
+
+
 def load_sources(sources: dict[str, str]) -> CompiledModule:
     """Write ``{"kernels.py": ..., "wrapper.py": ...}`` (``.py`` optional) to a fresh private temp dir
     (mode 0700, from ``mkdtemp``) and load it."""

@@ -81,3 +81,53 @@ def test_loading_writes_no_bytecode_next_to_the_sources(tmp_path, monkeypatch):
     mod = loader.load_dir(str(d))
     assert mod([]) == (1,)
     assert sorted(p.name for p in d.iterdir()) == ["kernels.py", "wrapper.py"]
+
+
+def _entry_with_bytecode(d, scale=7):
+    from neuron_inductor.runtime.loader import bytecode_files
+
+    sources = {"kernels.py": KERNELS.format(scale=scale), "wrapper.py": WRAPPER}
+    d.mkdir()
+    for name, text in sources.items():
+        (d / name).write_text(text)
+    for name, data in bytecode_files(sources).items():
+        (d / name).write_bytes(data)
+    return sources
+
+
+def test_stored_bytecode_is_used_instead_of_compiling(tmp_path, monkeypatch):
+    from neuron_inductor.runtime import host
+
+    d = tmp_path / "entry"
+    _entry_with_bytecode(d)
+    assert sorted(p.name for p in d.iterdir()) == sorted(
+        ["kernels.py", "wrapper.py", "kernels" + host.BYTECODE_SUFFIX, "wrapper" + host.BYTECODE_SUFFIX])
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled a source that has stored bytecode")
+    monkeypatch.setattr(host, "compile", no_compile, raising=False)  # shadows the builtin in host
+    m = load_dir(str(d))
+    assert m([1]) == (7,)
+    # compiled as "wrapper.py" elsewhere; tracebacks still name the file actually loaded
+    with pytest.raises(RuntimeError) as info:
+        m([None])
+    assert str(d / "wrapper.py") in "".join(traceback.format_exception(info.value))
+
+
+def test_stale_or_damaged_bytecode_falls_back_to_the_source(tmp_path, monkeypatch):
+    from neuron_inductor.runtime import host
+
+    d = tmp_path / "entry"
+    _entry_with_bytecode(d, scale=7)
+    (d / "kernels.py").write_text(KERNELS.format(scale=9))  # source changed after the bytecode
+    assert load_dir(str(d))([1]) == (9,)
+    (d / ("kernels" + host.BYTECODE_SUFFIX)).write_bytes(b"garbage")
+    assert load_dir(str(d))([1]) == (9,)
+
+
+def test_bytecode_files_skips_what_does_not_compile():
+    from neuron_inductor.runtime.loader import bytecode_files
+
+    out = bytecode_files({"kernels.py": "def broken(:\n", "wrapper.py": WRAPPER, "notes.txt": "x"})
+    from neuron_inductor.runtime.host import BYTECODE_SUFFIX
+    assert list(out) == ["wrapper" + BYTECODE_SUFFIX]
