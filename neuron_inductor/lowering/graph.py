@@ -42,6 +42,19 @@ class LoweredGraph:
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)  # (op, shapes, reason)
 
 
+def _gapless(m: TensorMeta) -> TensorMeta:
+    """Kernel outputs are fresh buffers whose whole span must be written. A value whose layout has
+    gaps (``aten.copy`` of a slice keeps the slice's strides: 8 of every 16 elements) gets contiguous
+    strides instead; its consumers read it through the meta recorded here."""
+    if m.numel == 0 or m.extent == m.numel:
+        return m
+    stride, acc = [], 1
+    for s in reversed(m.size):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return TensorMeta(m.size, tuple(reversed(stride)), 0, m.dtype)
+
+
 def _describe(n: fx.Node) -> str:
     v = val(n)
     shape = list(v.shape) if isinstance(v, torch.Tensor) else ""
@@ -71,6 +84,7 @@ class GraphLowering:
         self.fallbacks: list[tuple[str, str, str]] = []
         self._n_kernels = 0
         self._n_vals = 0
+        self._densified: set[fx.Node] = set()  # outputs whose gapped layout was made contiguous
 
     def _fresh(self, prefix: str) -> str:
         self._n_vals += 1
@@ -83,6 +97,10 @@ class GraphLowering:
             raise LoweringError(f"{a.name}: producer {root.name} has no host value")
         rm = self.host_meta[root]
         m = meta_of(val(a))
+        if root in self._densified:  # given contiguous strides (see _gapless): read it through those
+            if a is not root:
+                raise LoweringError(f"{a.name}: view of {root.name}, whose layout with gaps was made dense")
+            m = rm
         rel = TensorMeta(m.size, m.stride, m.storage_offset - rm.storage_offset, m.dtype)
         return Source(self.host[root], rel, rm.extent, rm.dtype)
 
@@ -187,7 +205,9 @@ class GraphLowering:
                     sources[a] = self.source(a)
         out_tensors, out_meta, results, empties = {}, {}, [], []
         for o in outs:
-            m = meta_of(val(o))
+            m = _gapless(meta_of(val(o)))
+            if m.stride != meta_of(val(o)).stride:
+                self._densified.add(o)
             if o.target is aten.copy_.default:
                 dst = self.source(o.args[0])
                 out_tensors[o] = kb.param(dst.host, dst.base_extent * word_scale(dst.base_dtype),

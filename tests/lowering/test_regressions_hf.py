@@ -59,3 +59,18 @@ def test_var_mean_matches_with_correction():
     with torch.no_grad():
         torch.testing.assert_close(_compile(f)(x), f(x), rtol=1e-5, atol=1e-5)
     assert not nc.fallback_ops, dict(nc.fallback_ops)
+
+
+def test_copy_into_slice_of_new_empty_is_dense():
+    """DeepSeek-V3's rope split fills a ``new_empty`` tensor slice by slice: functionalized, that is
+    ``aten.copy(slice(empty), src)`` whose value keeps the slice's strides (8 of every 16 elements);
+    its kernel left the gaps unwritten (simulator: output-not-written)."""
+    def f(x):
+        out = x.new_empty(2, 4, 16, 16)
+        out[..., :8] = x.transpose(1, 2)[..., :8] * 2
+        out[..., 8:] = x.transpose(1, 2)[..., 8:] + 1
+        return out * 3
+    x = torch.randn(2, 16, 4, 16)
+    nc.reset_counters()
+    torch.testing.assert_close(_compile(f)(x), f(x), rtol=1e-5, atol=1e-5)
+    assert set(nc.fallback_ops) <= {"aten.empty.memory_format"}, dict(nc.fallback_ops)
