@@ -58,14 +58,18 @@ ARCHS: dict[str, dict[str, Any]] = {
     "glm": {}, "olmo3": {}, "ministral": {}, "seed_oss": {}, "arcee": {}, "exaone4": {},
     "codegen": dict(rotary_dim=8), "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),
     "biogpt": {}, "xglm": {}, "persimmon": {}, "nemotron": {}, "ernie4_5": {}, "apertus": {},
-    "olmoe": dict(MOE), "granitemoe": dict(MOE), "phimoe": dict(MOE),
+    "olmoe": dict(MOE), "granitemoe": dict(MOE), "phimoe": dict(MOE, router_jitter_noise=0.0, input_jitter_noise=0.0),
 }
 #: the families that must compile with no fallback at all
 ZERO_FALLBACK = ("llama", "mistral", "qwen2", "qwen3")
 #: their MoE variants may fall back only on data-dependent routing (which experts a token picks)
 MOE_FAMILY = ("mixtral", "qwen2_moe", "qwen3_moe")
+MOE_BATCHED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "gpt_oss", "deepseek_v3")
 ROUTING_FALLBACKS = frozenset({"aten.topk.default", "aten.sort.default", "aten.argsort.default",
-                               "aten.nonzero.default"})
+                               "aten.nonzero.default",
+                               # the backward of the expert-weight gather (accumulating index_put):
+                               # its one-hot matmul decomposition waits on a small-K matmul fix
+                               "aten.index_put.default"})
 
 
 def allowed_fallbacks(arch: str) -> frozenset[str] | None:
@@ -92,7 +96,11 @@ def tiny_config(arch: str) -> Any:
 def build(arch: str, seed: int = 0) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch))
+    cfg = tiny_config(arch)
+    # MoE: "batched_mm" (gather each token's expert weights, batched matmul) has static shapes;
+    # the default grouped_mm sorts tokens by expert into data-dependent groups (host fallbacks)
+    kw = {"experts_implementation": "batched_mm"} if arch in MOE_BATCHED else {}
+    model = AutoModelForCausalLM.from_config(cfg, **kw)
     return model.float()
 
 

@@ -128,6 +128,37 @@ def native_layer_norm(x: torch.Tensor, normalized_shape, weight, bias, eps: floa
     return out, mean, rstd
 
 
+def _leading_index(indices) -> torch.Tensor | None:
+    """The index tensor of ``x[idx]`` (one integer index on dim 0, nothing else), else None."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.int64, torch.int32):
+        return None
+    return indices[0]
+
+
+@_register(aten.index.Tensor)
+def index_rows(x: torch.Tensor, indices):
+    """``x[idx]`` (MoE expert-weight selection, ``weights[expert_ids]``) as a row gather."""
+    idx = _leading_index(indices)
+    if idx is None:
+        return NotImplemented
+    rows = aten.index_select.default(x, 0, aten.view.default(idx, [-1]))
+    return aten.view.default(rows, list(idx.shape) + list(x.shape[1:]))
+
+
+@_register(aten.scatter.src)
+def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor):
+    """A few values per row along the last axis (top-k routing's backward) as compare-and-selects."""
+    if not (_last_axis(x, dim) and x.dim() == index.dim() and tuple(src.shape) == tuple(index.shape)
+            and tuple(index.shape[:-1]) == tuple(x.shape[:-1]) and index.shape[-1] <= 8):
+        return NotImplemented
+    iota = aten.arange.start_step(0, x.shape[-1], 1, dtype=torch.int64, device=x.device)
+    out = x
+    for j in range(index.shape[-1]):
+        hit = aten.eq.Tensor(iota, aten.slice.Tensor(index, -1, j, j + 1))
+        out = aten.where.self(hit, aten.slice.Tensor(src, -1, j, j + 1), out)
+    return out
+
+
 def decomposition_table() -> dict:
     """Core ATen + the composites above + our own rewrites (ours win)."""
     table = dict(core_aten_decompositions())

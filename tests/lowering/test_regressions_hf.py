@@ -74,3 +74,19 @@ def test_copy_into_slice_of_new_empty_is_dense():
     nc.reset_counters()
     torch.testing.assert_close(_compile(f)(x), f(x), rtol=1e-5, atol=1e-5)
     assert set(nc.fallback_ops) <= {"aten.empty.memory_format"}, dict(nc.fallback_ops)
+
+
+def test_moe_expert_weight_gather_and_topk_scatter_lower():
+    """MoE (transformers' batched_mm experts): ``weights[expert_ids]`` (aten.index.Tensor) and the
+    router's top-k scatter (aten.scatter.src, k > 1) ran on the host; now a row gather and k
+    compare-and-selects (top-k itself stays a declared fallback)."""
+    w = torch.randn(4, 8, 6)
+
+    def f(logits, ids):
+        v, i = torch.topk(logits, 2, dim=-1)
+        return torch.zeros_like(logits).scatter(-1, i, v), w[ids].sum(1)
+    args = (torch.randn(5, 4), torch.tensor([[0, 2], [2, 3]]))
+    nc.reset_counters()
+    with torch.no_grad():
+        torch.testing.assert_close(_compile(f)(*args), f(*args))
+    assert set(nc.fallback_ops) == {"aten.topk.default"}, dict(nc.fallback_ops)
