@@ -86,33 +86,65 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     # loaded row-contiguously instead and transposed on TensorE through PSUM (nki.md §5.4, §6.5).
     lhs_tr = sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1 and M > 1
     rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1 and N > 1
-    budget = kb.target.sbuf_bytes_per_partition * 9 // 10
-    # PSUM banks left for accumulators: rhs transposes run inside the column loop, lhs ones beside
-    # it unless a loop of extent 1 is inlined (K of one tile, or one column step)
-    acc_banks = kb.target.psum_banks - (1 if rhs_tr else 0) - (1 if lhs_tr and (nk == 1 or nn <= 2) else 0)
+    budget = kb.target.sbuf_bytes_per_partition * 19 // 20
+    # rows staged for TensorE transposes are whole K rows (one contiguous DMA row per partition)
+    KC = K
+    chunks = [(0, nk)]
+    # transposes gathered per PSUM bank (one eviction of 512 columns instead of four of 128)
+    grp = next((g for g in (4, 2) if K % KMAX == 0 and nk % g == 0), 1)
 
-    def sbuf_use(bm: int, ltr: bool, rtr: bool) -> int:
-        use = nk * bm * PMAX * esz + (K * esz if ltr else 0)
-        use += nk * NMAX * esz + (K * esz if rtr else 0) if rtr else 2 * NMAX * esz
-        return use + bm * NMAX * 4 * 2
-    # m tiles sharing one rhs load (block of the M dim): as many as divide the tile count and fit
-    bm = 1
-    for cand in (8, 4, 2, 1):
-        if nm % cand == 0 and cand <= acc_banks and sbuf_use(cand, lhs_tr, rhs_tr) <= budget:
-            bm = cand
-            break
-    if sbuf_use(bm, lhs_tr, rhs_tr) > budget:
-        lhs_tr = rhs_tr = False  # too deep to stage: strided loads, as before
+    def sbuf_use(bm: int, cw: int, rtr: bool) -> int:
+        """Peak SBUF bytes per partition: the lhs^T block plus the larger of its staging (an inner
+        loop of its own) and the column loop's tiles."""
+        lhs = nk * bm * PMAX * esz
+        stage = KC * esz if lhs_tr else 0
+        if rtr:
+            cols = nk * cw * esz + (cw // PMAX) * KC * esz + 2 * cw * 4
+        else:
+            cols = 2 * NMAX * esz + bm * NMAX * 4 + 2 * cw * 4
+        return lhs + max(stage, cols)
+    if rhs_tr:
+        # W^T (nn.Linear): transposed once per (M block, column tile) and reused by every row tile of
+        # the block, so the block is as tall as SBUF allows (transpose work ~ 128 / rows of block);
+        # row tiles are an inner loop holding one PSUM bank each, so several accumulate in flight
+        plans = [(bm, cw) for bm in (16, 8, 4, 2, 1) for cw in (512, 256, 128)
+                 if nm % bm == 0 and cw <= max(PMAX, ceil_div(N, PMAX) * PMAX)]
+        fit = [pc for pc in plans if sbuf_use(pc[0], pc[1], True) <= budget]
+        if fit:
+            bm, CW = fit[0]
+        else:
+            rhs_tr, bm, CW = False, 1, NMAX
+    rhs_res = False
+    if not rhs_tr:
+        CW = NMAX
+        acc_banks = kb.target.psum_banks  # lhs transposes run before the column loop
         bm = 1
+        for cand in (8, 4, 2, 1):
+            if nm % cand == 0 and cand <= acc_banks and sbuf_use(cand, CW, False) <= budget:
+                bm = cand
+                break
+    if sbuf_use(bm, CW, rhs_tr) > budget:
+        lhs_tr = rhs_tr = False  # too deep to stage: strided loads, as before
+        bm, CW = 1, NMAX
+    if not rhs_tr and lhs_tr == (sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1 and M > 1):
+        # a K x 512 rhs column tile resident in SBUF lets row tiles run as an inner loop with one
+        # PSUM bank each (several accumulation groups in flight) when the M block stays as tall
+        for cand in (16, 8, 4, 2, 1):
+            if nm % cand == 0 and cand >= bm and sbuf_use(cand, NMAX, True) - (NMAX // PMAX) * KC * esz \
+                    <= budget:
+                bm, rhs_res = cand, True
+                break
     BM = bm * PMAX
     nmb = nm // bm
     # n tiles sharing one rhs DMA: 2 x 512 columns make 2 KiB rows (nki.md §5.4) and, with 4 m
     # tiles, 8 matmuls per k step, enough to hide a DMA's fixed cost; PSUM holds bm * nw groups
-    nw = 2 if (not rhs_tr and nn % 2 == 0 and 2 * bm <= acc_banks
-               and sbuf_use(bm, lhs_tr, rhs_tr) + 2 * NMAX * esz <= budget) else 1
+    nw = 2 if (not rhs_tr and nn % 2 == 0 and 2 * bm <= kb.target.psum_banks
+               and sbuf_use(bm, CW, False) + 2 * NMAX * esz <= budget) else 1
+    if rhs_tr or rhs_res:
+        lw.fc_size = lw.fc = min(N, CW)
     kb.plan += (f"; M blocked by {bm} tile(s) with lhs^T hoisted over K"
                 f"{' (TensorE transposes)' if lhs_tr else ''}, rhs{' transposed on TensorE' if rhs_tr else ''}"
-                f" reused by the block")
+                f" reused by the block" + (f" in {CW}-column tiles, row tiles looped inside" if rhs_tr else ""))
 
     def sub_rows(mt):
         return sympy.Min(PMAX, M - PMAX * mt) if (M % PMAX and nm > 1) else sympy.Integer(min(M, PMAX))
@@ -120,85 +152,136 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     def krows_of(kk):
         return sympy.Min(KMAX, K - KMAX * kk) if (K % KMAX and nk > 1) else sympy.Integer(min(K, KMAX))
 
-    def transpose_into(dst_tile, dst_col0, stage, nrows, kk, engine="vector"):
-        """dst_tile[0:krows, dst_col0 : dst_col0+nrows] = stage[0:nrows, 128kk : 128kk+krows]^T"""
-        krows = krows_of(kk)
-        tp = kb.tile((KMAX, PMAX), "float32", "psum", prefix="tp")
-        kb.instr("tensor", "nc_transpose", tp.region(krows, nrows),
-                 {"data": TileRegion(stage, (0, KMAX * kk), (nrows, krows))})
-        kb.instr(engine, "tensor_copy", TileRegion(dst_tile, (0, dst_col0), (krows, nrows)),
-                 {"src": tp.region(krows, nrows)})
-        kb.release(tp)  # a loop of extent 1 is inlined: let the next transpose reuse the bank
+    def lhs_col(i, kk):
+        # lhs^T block layout: row tile i, k tile kk -> columns [(i*nk + kk)*128, +128)
+        return (i * nk + kk) * PMAX
+
+    def stage_rows(stages: list, src: Source, bvars, rank: int, row_ax: int, col_ax: int,
+                   row_specs: list, q0: int, qn: int) -> None:
+        """DMA rows [row0, +nrows) x k columns of chunk (q0, qn) into the stage tiles."""
+        kcols = min(K - KMAX * q0, KMAX * qn)
+        for st, (row0, nrows) in zip(stages, row_specs):
+            kb.dma(st.region(nrows, kcols),
+                   _operand(kb, src, bvars, bstrides(src.meta, rank), row_ax, col_ax,
+                            row0, nrows, KMAX * q0, kcols))
+
+    def transpose_chunk(stages: list, nrows_of: list, q0: int, qn: int, dst, dst_col, per: int,
+                        engine: str) -> None:
+        """dst[0:krows, dst_col(kk) + ...] = transposes of the stage tiles' k tiles q0..q0+qn.
+        ``per`` k tiles of one stage, or one k tile of every stage, share one PSUM bank and one
+        eviction."""
+        nblk = per * len(stages)
+        with lw._loop(qn // per, "affine", "kt") as kg:
+            kk0 = q0 + kg * per
+            krows = krows_of(kk0)
+            tp = kb.tile((KMAX, nblk * PMAX), "float32", "psum", prefix="tp")
+            for u in range(per):
+                for c, (st, nrows) in enumerate(zip(stages, nrows_of)):
+                    kb.instr("tensor", "nc_transpose",
+                             TileRegion(tp, (0, (u * len(stages) + c) * PMAX), (krows, nrows)),
+                             {"data": TileRegion(st, (0, KMAX * (kg * per + u)), (nrows, krows))})
+            width = nblk * PMAX if len(stages) == 1 or nrows_of[-1] == PMAX else \
+                (nblk - 1) * PMAX + nrows_of[-1]
+            kb.instr(engine, "tensor_copy", TileRegion(dst, (0, dst_col(kk0)), (krows, width)),
+                     {"src": tp.region(krows, width)})
+            kb.release(tp)
+
+    def load_lhsT(lhsT, mb, bvars) -> None:
+        if lhs_tr:
+            with lw._loop(bm, "affine", "li") as i:
+                mt = mb * bm + i
+                rows = sub_rows(mt)
+                st = kb.tile((PMAX, KC), in_dt, prefix="lhs_rows")
+                stage_rows([st], sa, bvars, ra, ra - 2, ra - 1, [(PMAX * mt, rows)], 0, nk)
+                transpose_chunk([st], [rows], 0, nk, lhsT, lambda kk: lhs_col(i, kk), grp, "vector")
+            return
+        for i in range(bm):
+            mt = mb * bm + i
+            rows = sub_rows(mt)
+            with lw._loop(nk, "affine", "kl") as kk:
+                krows = krows_of(kk)
+                kb.dma(TileRegion(lhsT, (0, lhs_col(i, kk)), (krows, rows)),
+                       _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
+                                KMAX * kk, krows, PMAX * mt, rows))
+
+    def evict(acc, mt, rows, fcv, cw) -> None:
+        lw.ip = mt
+        lw.rows = rows
+        lw.fcv = fcv
+        lw.cols = cw
+        res = kb.tile((PMAX, lw.fc), "float32", prefix="res")
+        resr = res.region(rows, cw)
+        kb.instr("vector", "tensor_copy", resr, {"src": acc.region(rows, cw)})
+        lw.vals = {mm: TVal("full", resr)}
+        lw._eval(accs={})
+
+    def columns_resident(lhsT, mb, bvars, direct: bool) -> None:
+        ncw = ceil_div(N, CW)
+        nsub = CW // PMAX
+        with lw._loop(ncw, "affine", "n") as jn:
+            cols = sympy.Min(CW, N - CW * jn) if (N % CW and ncw > 1) else sympy.Integer(min(N, CW))
+            rhsT = kb.tile((KMAX, nk * CW), in_dt, prefix="rhsT")
+            # a ragged last column tile has empty 128-column sub-blocks: they transpose one
+            # in-bounds row into columns the matmul never reads
+            subs = [(sympy.Min(CW * jn + PMAX * c, N - 1), sympy.Max(1, sympy.Min(PMAX, cols - PMAX * c)))
+                    for c in range(min(nsub, ceil_div(N, PMAX)))]
+            if direct:  # rhs columns already K-major: one DMA per k tile, reused by every row tile
+                # spread over several DMA queues: one queue issues one transfer per fixed cost
+                nq = next(d for d in (4, 2, 1) if nk % d == 0)
+                for qd in range(nq):
+                    with lw._loop(nk // nq, "affine", "kr") as kr:
+                        kk = kr * nq + qd
+                        kb.dma(TileRegion(rhsT, (0, kk * CW), (krows_of(kk), cols)),
+                               _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
+                                        KMAX * kk, krows_of(kk), CW * jn, cols))
+            else:
+                sts = [kb.tile((PMAX, KC), in_dt, prefix="rhs_rows") for _ in subs]
+                stage_rows(sts, sb, bvars, rb, rb - 1, rb - 2, subs, 0, nk)
+                transpose_chunk(sts, [n for _, n in subs], 0, nk, rhsT, lambda kk: kk * CW, 1, "scalar")
+            with lw._loop(bm, "affine", "mi") as i:
+                mt = mb * bm + i
+                rows = sub_rows(mt)
+                acc = kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc")
+                with lw._loop(nk, "affine", "k") as kk:
+                    krows = krows_of(kk)
+                    kb.instr("tensor", "nc_matmul", acc.region(rows, cols),
+                             {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk)), (krows, rows)),
+                              "moving": TileRegion(rhsT, (0, kk * CW), (krows, cols))},
+                             accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
+                evict(acc, mt, rows, jn, cols)
 
     def tiles(bvars):
         with lw._loop(nmb, "affine", "mb") as mb:
             # -- lhs^T of the whole M block, all of K, loaded once
             lhsT = kb.tile((KMAX, nk * BM), in_dt, prefix="lhsT")
-            for i in range(bm):
-                mt = mb * bm + i
-                rows = sub_rows(mt)
-                if lhs_tr:
-                    stage = kb.tile((PMAX, K), in_dt, prefix="lhs_rows")
-                    kb.dma(stage.region(rows, K),
-                           _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 2, ra - 1,
-                                    PMAX * mt, rows, 0, K))
-                    with lw._loop(nk, "affine", "kt") as kk:
-                        transpose_into(lhsT, kk * BM + i * PMAX, stage, rows, kk)
-                    kb.release(stage)
-                else:
-                    with lw._loop(nk, "affine", "kl") as kk:
-                        krows = krows_of(kk)
-                        kb.dma(TileRegion(lhsT, (0, kk * BM + i * PMAX), (krows, rows)),
-                               _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
-                                        KMAX * kk, krows, PMAX * mt, rows))
+            load_lhsT(lhsT, mb, bvars)
+            if rhs_tr or rhs_res:
+                columns_resident(lhsT, mb, bvars, direct=not rhs_tr)
+                return
             with lw._loop(nn // nw, "affine", "n") as jn:
                 def cols_of(jt):
                     return sympy.Min(NMAX, N - NMAX * jt) if (N % NMAX and nn > 1) else sympy.Integer(min(N, NMAX))
                 cols = cols_of(jn) if nw == 1 else (
                     sympy.Min(nw * NMAX, N - nw * NMAX * jn) if N % NMAX else sympy.Integer(nw * NMAX))
-                if rhs_tr:  # rhs^T staged for this column tile: all of K, transposed once per block
-                    rhsT = kb.tile((KMAX, nk * NMAX), in_dt, prefix="rhsT")
-                    for c in range(ceil_div(min(N, NMAX), PMAX)):
-                        # a ragged last column tile has empty 128-column sub-blocks: they transpose
-                        # one in-bounds row into columns the matmul never reads
-                        ncols = sympy.Max(1, sympy.Min(PMAX, cols - PMAX * c))
-                        row0 = sympy.Min(NMAX * jn + PMAX * c, N - 1)
-                        stage = kb.tile((PMAX, K), in_dt, prefix="rhs_rows")
-                        kb.dma(stage.region(ncols, K),
-                               _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 1, rb - 2,
-                                        row0, ncols, 0, K))
-                        with lw._loop(nk, "affine", "kr") as kk:
-                            transpose_into(rhsT, kk * NMAX + PMAX * c, stage, ncols, kk, "scalar")
-                        kb.release(stage)
                 accs = [kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc") for _ in range(bm * nw)]
                 with lw._loop(nk, "affine", "k") as kk:
                     krows = krows_of(kk)
-                    if rhs_tr:
-                        rhs_r = TileRegion(rhsT, (0, kk * NMAX), (krows, cols))
-                    else:
-                        rhs_t = kb.tile((KMAX, nw * lw.fc), in_dt, prefix="rhs")
-                        rhs_r = rhs_t.region(krows, cols)
-                        kb.dma(rhs_r, _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
-                                               KMAX * kk, krows, nw * NMAX * jn, cols))
+                    rhs_t = kb.tile((KMAX, nw * lw.fc), in_dt, prefix="rhs")
+                    rhs_r = rhs_t.region(krows, cols)
+                    kb.dma(rhs_r, _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
+                                           KMAX * kk, krows, nw * NMAX * jn, cols))
                     for i in range(bm):
                         rows = sub_rows(mb * bm + i)
                         for w in range(nw):
                             cw = cols if nw == 1 else cols_of(jn * nw + w)
                             kb.instr("tensor", "nc_matmul", accs[i * nw + w].region(rows, cw),
-                                     {"stationary": TileRegion(lhsT, (0, kk * BM + i * PMAX), (krows, rows)),
-                                      "moving": TileRegion(rhs_r.tile, (0, rhs_r.starts[1] + w * NMAX), (krows, cw))},
+                                     {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk)), (krows, rows)),
+                                      "moving": TileRegion(rhs_t, (0, w * NMAX), (krows, cw))},
                                      accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
                 for i in range(bm):
                     for w in range(nw):
-                        lw.ip = mb * bm + i
-                        lw.rows = rows = sub_rows(mb * bm + i)
-                        lw.fcv = jn * nw + w
-                        lw.cols = cw = cols if nw == 1 else cols_of(jn * nw + w)
-                        res = kb.tile((PMAX, lw.fc), "float32", prefix="res")
-                        resr = res.region(rows, cw)
-                        kb.instr("vector", "tensor_copy", resr, {"src": accs[i * nw + w].region(rows, cw)})
-                        lw.vals = {mm: TVal("full", resr)}
-                        lw._eval(accs={})
+                        evict(accs[i * nw + w], mb * bm + i, sub_rows(mb * bm + i), jn * nw + w,
+                              cols if nw == 1 else cols_of(jn * nw + w))
 
     batch_loops(0, [])
 

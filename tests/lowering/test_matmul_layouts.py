@@ -20,7 +20,8 @@ def _tol(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mm_blocks_and_ragged(dtype):
     # M tiles 2 (block 2), 4 (block 4), 3 (block 1), 5 (block 1), 8 (block 8); N tiles 1, 2 (paired), 3
-    shapes = [(130, 200, 96), (512, 300, 1024), (300, 64, 1000), (520, 129, 40), (1024, 136, 130)]
+    shapes = [(130, 200, 96), (512, 300, 1024), (300, 64, 1000), (520, 129, 40), (1024, 136, 130),
+              (200, 512, 96)]
     cases = [(randn((m, k), dtype, seed=i), randn((k, n), dtype, seed=10 + i))
              for i, (m, k, n) in enumerate(shapes)]
     check_cases(lambda a, b: a @ b, cases, grad=True, **_tol(dtype))
@@ -29,9 +30,11 @@ def test_mm_blocks_and_ragged(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_weight_transposed_with_epilogue(dtype):
     # x @ W^T: both operands have the contraction axis contiguous -> TensorE transposes on both sides;
-    # N=1000 and 600 leave a ragged last column tile with empty 128-column sub-blocks
+    # N=1000 and 600 leave a ragged last column tile with empty 128-column sub-blocks; K=512 and 256
+    # gather 4 / 2 transposed k tiles per PSUM bank (ragged row tiles leave unread gaps in them)
     cases = [(randn((m, k), dtype, seed=m), randn((n, k), dtype, seed=n), randn((n,), dtype, seed=k))
-             for m, k, n in ((256, 200, 1000), (130, 600, 600), (64, 300, 130))]
+             for m, k, n in ((256, 200, 1000), (130, 600, 600), (64, 300, 130), (130, 512, 300),
+                             (200, 256, 520))]
     check_cases(lambda x, w, b: F.silu(F.linear(x, w, b)), cases, grad=True, **_tol(dtype))
 
 

@@ -1,7 +1,7 @@
 """Modelled TensorE utilization of the GEMM the real lowering produces, at shapes far too big to
 simulate: the graph is traced on meta tensors, lowered, and priced by the validated cost model (which
-is deterministic, so these are not timing tests). Floors guard what the blocked GEMM reaches today;
-the issue's targets (85% tutorial, 70% Llama linears) are strict xfails until they are met."""
+is deterministic, so these are not timing tests). They assert issue 5's targets: >= 85% on the
+tutorial shape, >= 70% on every linear of a Llama-7B-shaped layer, forward and backward."""
 from __future__ import annotations
 
 import pytest
@@ -32,27 +32,21 @@ LLAMA_BWD = [(lambda g, w: g @ w, (2048, 11008), (11008, 4096)),
              (lambda g, x: g.t() @ x, (2048, 4096), (2048, 11008))]
 
 
-def test_tutorial_shape_trn1_floor():
-    mfu = modelled_mfu(lambda a, b: a @ b, [(4096, 8192), (8192, 8192)], "trn1")
-    assert mfu >= 0.80, mfu   # was 0.53 with one 128x512 tile per DMA; strided lhs^T loads: ~0.01
-
-
-@pytest.mark.parametrize("fn,sa,sb", LLAMA_BWD, ids=["dX", "dW"])
-def test_llama_backward_linears_floor(fn, sa, sb):
-    assert modelled_mfu(fn, [sa, sb], "trn2") >= 0.55
-
-
-@pytest.mark.parametrize("sx,sw", LLAMA_FWD, ids=["qkvo", "gate_up", "down"])
-def test_llama_forward_linears_floor(sx, sw):
-    # element-strided W^T loads made these ~0.1-0.5%; TensorE transposes bring them to 28-39%
-    assert modelled_mfu(lambda x, w: x @ w.t(), [sx, sw], "trn2") >= 0.25
-
-
-@pytest.mark.xfail(strict=True, reason="issue 5 target not reached: the model puts the blocked GEMM at 82%")
 def test_tutorial_shape_trn1_target():
+    # issue 5: >= 85% (the tutorial's best is 85.24%); the model gives ~91%. Was 82% with 8 PSUM
+    # groups per column step (no two steps in flight), 53% with one 128x512 tile per DMA
     assert modelled_mfu(lambda a, b: a @ b, [(4096, 8192), (8192, 8192)], "trn1") >= 0.85
 
 
-@pytest.mark.xfail(strict=True, reason="issue 5 target not reached: W^T transposes are redone per M block")
-def test_llama_forward_linears_target():
-    assert min(modelled_mfu(lambda x, w: x @ w.t(), [sx, sw], "trn2") for sx, sw in LLAMA_FWD) >= 0.70
+@pytest.mark.parametrize("fn,sa,sb", LLAMA_BWD, ids=["dX", "dW"])
+def test_llama_backward_linears_target(fn, sa, sb):
+    # issue 5: >= 70%; ~89% / ~86% with the K x 512 rhs column resident and row tiles looped inside
+    assert modelled_mfu(fn, [sa, sb], "trn2") >= 0.70
+
+
+@pytest.mark.parametrize("sx,sw", LLAMA_FWD, ids=["qkvo", "gate_up", "down"])
+def test_llama_forward_linears_target(sx, sw):
+    # issue 5: >= 70%. W^T is transposed once per (M block, column tile) with M blocks as tall as
+    # SBUF allows (16 row tiles for K=4096, 4 for K=11008: ~87/89/77%); it was redone with every
+    # block of 1-4 rows and every PSUM group held 8 banks (28-39%)
+    assert modelled_mfu(lambda x, w: x @ w.t(), [sx, sw], "trn2") >= 0.70
