@@ -3,7 +3,7 @@
 Dynamo hands us an FX graph of torch-level ops; AOTAutograd traces it into functional ATen forward and
 backward graphs (with our decomposition table and the min-cut partitioner deciding what the backward
 recomputes) and calls our compilers, each of which goes through :func:`compile.compile_graph`.
-Attention is traced through its math form so its backward is made of ops we lower.
+Attention is traced as torch's CPU flash op (lowered to our flash kernels) or its math form.
 """
 from __future__ import annotations
 
@@ -20,9 +20,12 @@ log = logging.getLogger("neuron_inductor")
 
 
 def _sdpa_math():
+    """How attention is traced: torch's CPU flash op when it qualifies (one forward and one backward
+    op, lowered to our flash kernels), else the math form. Cases our kernels cannot take are
+    decomposed to math by the decomposition table, so the name is kept for callers."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel(SDPBackend.MATH)
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH], set_priority=True)
     except Exception:  # pragma: no cover - older torch
         return contextlib.nullcontext()
 

@@ -159,6 +159,82 @@ def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
     return out
 
 
+def _sdpa_scores(q, k, attn_mask, is_causal: bool, scale):
+    """scale * q @ k^T + mask (causal: top-left aligned, as torch's CPU flash kernel), fp32."""
+    sc = scale if scale is not None else 1.0 / (q.shape[-1] ** 0.5)
+    if k.shape[1] != q.shape[1]:  # grouped-query heads
+        rep = q.shape[1] // k.shape[1]
+        k = aten.repeat_interleave.self_int(k, rep, 1)
+    qf, kf = (aten._to_copy.default(x, dtype=torch.float32) for x in (q, k))
+    s = aten.mul.Tensor(aten.matmul.default(qf, aten.transpose.int(kf, -2, -1)), sc)
+    if is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        keep = aten.ge.Tensor(aten.view.default(aten.arange.default(L, device=q.device), [L, 1]),
+                              aten.arange.default(S, device=q.device))
+        s = aten.where.self(keep, s, aten.scalar_tensor.default(float("-inf")))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = aten.where.self(attn_mask, s, aten.scalar_tensor.default(float("-inf")))
+        else:
+            s = aten.add.Tensor(s, attn_mask)
+    return s
+
+
+def _sdpa_gqa_v(q, v):
+    if v.shape[1] != q.shape[1]:
+        return aten.repeat_interleave.self_int(v, q.shape[1] // v.shape[1], 1)
+    return v
+
+
+@_register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def flash_attention_cpu(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask=None,
+                        scale=None):
+    """Kept whole (our flash kernel, lowering/attention.py) when the kernel takes the case, else math
+    with a real logsumexp, so its backward (below) still has what it needs."""
+    from ..lowering.attention import unsupported
+    if unsupported(q, k, v, dropout_p, attn_mask) is None:
+        return NotImplemented
+    if dropout_p:
+        return _CORE_FLASH(q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    s = _sdpa_scores(q, k, attn_mask, is_causal, scale)
+    lse = aten.logsumexp.default(s, [-1])
+    p = aten.exp.default(aten.sub.Tensor(s, aten.unsqueeze.default(lse, -1)))
+    out = aten.matmul.default(aten._to_copy.default(p, dtype=q.dtype), _sdpa_gqa_v(q, v))
+    return out, lse
+
+
+@_register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def flash_attention_cpu_backward(grad_out, q, k, v, out, lse, dropout_p: float, is_causal: bool, *,
+                                 attn_mask=None, scale=None):
+    """FA-2 gradients in ATen ops for the cases the flash kernel does not take."""
+    from ..lowering.attention import unsupported
+    if unsupported(q, k, v, dropout_p, attn_mask) is None or dropout_p:
+        return NotImplemented
+    sc = scale if scale is not None else 1.0 / (q.shape[-1] ** 0.5)
+    f32 = torch.float32
+    s = _sdpa_scores(q, k, attn_mask, is_causal, scale)
+    p = aten.exp.default(aten.sub.Tensor(s, aten.unsqueeze.default(lse, -1)))
+    do, o = (aten._to_copy.default(x, dtype=f32) for x in (grad_out, out))
+    vf = aten._to_copy.default(_sdpa_gqa_v(q, v), dtype=f32)
+    kf = aten._to_copy.default(_sdpa_gqa_v(q, k), dtype=f32)
+    qf = aten._to_copy.default(q, dtype=f32)
+    dv = aten.matmul.default(aten.transpose.int(p, -2, -1), do)
+    dp = aten.matmul.default(do, aten.transpose.int(vf, -2, -1))
+    di = aten.sum.dim_IntList(aten.mul.Tensor(do, o), [-1], True)
+    ds = aten.mul.Tensor(aten.mul.Tensor(p, aten.sub.Tensor(dp, di)), sc)
+    dq = aten.matmul.default(ds, kf)
+    dk = aten.matmul.default(aten.transpose.int(ds, -2, -1), qf)
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        B, H, S, D = dk.shape
+        dk = aten.sum.dim_IntList(aten.view.default(dk, [B, H // rep, rep, S, D]), [2])
+        dv = aten.sum.dim_IntList(aten.view.default(dv, [B, H // rep, rep, S, D]), [2])
+    return tuple(aten._to_copy.default(x, dtype=q.dtype) for x in (dq, dk, dv))
+
+
+_CORE_FLASH = core_aten_decompositions()[aten._scaled_dot_product_flash_attention_for_cpu.default]
+
+
 def decomposition_table() -> dict:
     """Core ATen + the composites above + our own rewrites (ours win)."""
     table = dict(core_aten_decompositions())

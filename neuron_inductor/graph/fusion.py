@@ -231,7 +231,13 @@ class Partitioner:
         for g in self.groups:
             outs = []
             for m in g.nodes:
-                if m.target in VIEWS or m.target.__name__ == "getitem":
+                if m.target in VIEWS:
+                    continue
+                if m.target.__name__ == "getitem":
+                    # a multi-output kernel (flash attention: out, logsumexp) hands out each result
+                    # through its getitem; fused groups compute through them instead
+                    if g.kind == "kernel" and self._escapes(g, m):
+                        outs.append(m)
                     continue
                 if self._escapes(g, m):
                     outs.append(m)

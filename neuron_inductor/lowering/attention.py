@@ -1,0 +1,485 @@
+"""Flash attention on TensorE: ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward.
+
+The backend traces ``scaled_dot_product_attention`` letting torch pick its CPU flash kernel, so
+attention reaches us as one forward op (returning ``(out, logsumexp)``) and one backward op with
+clear semantics, instead of a score matrix materialised between a dozen ops. Cases these kernels do
+not take (dropout, head dim > 128, GQA, very long sequences) are decomposed to math by
+``graph/decompositions.py`` before we ever see them, so nothing becomes an eager fallback.
+
+Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two
+PSUM banks of 128 x 512 fp32 scores); each step: QK^T on TensorE, masks added while leaving PSUM,
+row max (VectorE), P = exp(scale*s - scale*m) with its row sums in one ScalarE pass (bf16 P for bf16
+inputs), P transposed in 128x128 blocks on TensorE, P^T V accumulated in PSUM, and the running max /
+sum / output rescaled between steps (online softmax, fp32). Scores never leave the chip. Causal: key
+blocks right of the diagonal are never computed (trace-time skip); the diagonal block gets an
+iota-made triangular bias. The output is divided by the row sum once at the end.
+
+Backward (FA-2, nki.md §6.7), per (batch, head), per 128-key tile (dK, dV accumulated in PSUM over the
+query tiles): S recomputed, P = exp(scale*s - lse) straight from the saved logsumexp, dV += P^T dO,
+dP = dO V^T, dS = scale * P * (dP - D) with D = rowsum(dO * O) precomputed per query tile,
+dK += dS^T Q, and dQ += dS K accumulated in an SBUF fp32 buffer across key tiles (dS^T by a TensorE
+transpose). Work tiles rotate through a few sets so consecutive blocks overlap across engines.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+from ..ir import HBMAccess, HBMTensor, TensorMeta, Tile, TileRegion
+from .builder import KernelBuilder, ceil_div
+from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
+from .registry import register_kernel
+
+aten = torch.ops.aten
+PMAX = 128
+NMAX = 512
+#: keys per online-softmax step of the forward: two PSUM banks of fp32 scores
+KEY_STEP = 1024
+#: a masked score: finite, so "masked - max" never makes a NaN (exp underflows to 0 instead)
+BIG = 1.0e30
+FLASH_FWD = aten._scaled_dot_product_flash_attention_for_cpu.default
+FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+#: longest sequence the kernels keep per-head operands for in SBUF (longer ones are decomposed)
+MAX_SEQ = 8192
+
+
+def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
+    """Why the flash kernels cannot take this case (None when they can). Called on fake tensors by
+    the decomposition table, which then emits the math form instead."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return "not [B, H, S, D]"
+    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16) or k.dtype != q.dtype \
+            or v.dtype != q.dtype:
+        return f"dtype {q.dtype}"
+    if dropout_p:
+        return "dropout"
+    B, H, Sq, D = q.shape
+    if k.shape[1] != H or v.shape[1] != H or k.shape[0] != B or v.shape[0] != B:
+        return "grouped-query heads (expand K/V first)"
+    if not (1 <= D <= PMAX) or v.shape[-1] != D or k.shape[-1] != D:
+        return f"head dim {D}"
+    if not (1 <= Sq <= MAX_SEQ and 1 <= k.shape[2] <= MAX_SEQ) or v.shape[2] != k.shape[2]:
+        return "sequence length"
+    if attn_mask is not None:
+        if attn_mask.dtype not in (torch.bool, torch.float32, torch.bfloat16, torch.float16):
+            return f"mask dtype {attn_mask.dtype}"
+        if attn_mask.dim() > 4 or broadcast_strides(list(attn_mask.shape), list(attn_mask.stride()),
+                                                     [B, H, Sq, k.shape[2]]) is None:
+            return "mask shape"
+    return None
+
+
+# ------------------------------------------------------------------------------------ operands
+@dataclass
+class _T4:
+    """A [B, H, S, D]-like HBM operand: its flat span and logical strides."""
+
+    param: HBMTensor
+    off: int
+    st: tuple[int, ...]
+
+    def rows(self, b, h, s0, rows: int, cols: int, c0: int = 0) -> HBMAccess:
+        """[rows, cols] at (s0, c0) of head (b, h): rows on partitions."""
+        return HBMAccess(self.param, self.off + b * self.st[0] + h * self.st[1] + s0 * self.st[2]
+                         + c0 * self.st[3], ((self.st[2], rows), (self.st[3], cols)))
+
+
+def _in(kb: KernelBuilder, src, shape4) -> _T4:
+    m = src.meta
+    if word_scale(src.base_dtype) != 1:
+        raise LoweringError("integer attention operand")
+    st = broadcast_strides(list(m.size), list(m.stride), list(shape4))
+    if st is None:
+        raise LoweringError(f"cannot broadcast {list(m.size)} to {list(shape4)}")
+    return _T4(kb.param(src.host, src.base_extent, hw_dtype(src.base_dtype)), m.storage_offset, tuple(st))
+
+
+def _out(t: HBMTensor, meta: TensorMeta) -> _T4:
+    st = list(meta.stride) + [1] * (4 - len(meta.stride))
+    return _T4(t, meta.storage_offset, tuple(st))
+
+
+def _args(n: fx.Node, names: list[str], defaults: dict):
+    vals = dict(defaults)
+    vals.update(zip(names, n.args))
+    vals.update(n.kwargs)
+    return vals
+
+
+def _results(n: fx.Node, out_tensors: dict, out_meta: dict) -> dict[int, tuple[HBMTensor, TensorMeta]]:
+    res = {}
+    for u in n.users:
+        if u.target is operator.getitem and u in out_tensors:
+            res[u.args[1]] = (out_tensors[u], out_meta[u])
+    return res
+
+
+class _Ctx:
+    """Shared plumbing of both kernels: engines by role, masks."""
+
+    def __init__(self, kb: KernelBuilder, scale: float, causal: bool, mask: _T4 | None,
+                 mask_bool: bool) -> None:
+        self.kb, self.scale, self.causal, self.mask, self.mask_bool = kb, scale, causal, mask, mask_bool
+        self._flip = 0
+
+    def evict(self, dst: TileRegion, src: TileRegion) -> None:
+        """PSUM -> SBUF copies alternate ScalarE / VectorE, which both also carry a score pass."""
+        self._flip ^= 1
+        self.kb.instr("scalar" if self._flip else "vector", "tensor_copy", dst, {"src": src})
+
+    def needs_mask(self, q0: int, rows: int, k0: int, cols: int) -> bool:
+        return self.mask is not None or (self.causal and k0 + cols - 1 > q0)
+
+    def bias(self, tile: Tile, tmp: Tile, b, h, q0: int, rows: int, k0: int, cols: int) -> TileRegion:
+        """The additive score bias of block [q0:q0+rows, k0:k0+cols] in unscaled-score units."""
+        kb = self.kb
+        r = tile.region(rows, cols)
+        if self.mask is not None:
+            kb.dma(r, self.mask.rows(b, h, q0, rows, cols, k0))
+            if self.mask_bool:   # {0, 1} -> {-BIG, 0}
+                kb.instr("gpsimd", "tensor_scalar", r, {"data": r, "operand0": 1.0, "operand1": BIG},
+                         op0="subtract", op1="multiply")
+            else:                # m / scale, -inf clamped to -BIG
+                kb.instr("gpsimd", "tensor_scalar", r, {"data": r, "operand0": 1.0 / self.scale,
+                                                        "operand1": -BIG}, op0="multiply", op1="maximum")
+        if self.causal and k0 + cols - 1 > q0:
+            dst = tmp.region(rows, cols) if self.mask is not None else r
+            # value (k - q) = (k0 + f) - (q0 + p) > 0 is masked
+            kb.instr("gpsimd", "iota", dst, {}, pattern=[[1, cols]], offset=k0 - q0, channel_multiplier=-1)
+            kb.instr("gpsimd", "tensor_scalar", dst, {"data": dst, "operand0": 0, "operand1": -BIG},
+                     op0="greater", op1="multiply")
+            if self.mask is not None:
+                kb.instr("gpsimd", "tensor_tensor", r, {"data1": r, "data2": dst}, op="add")
+        return r
+
+
+def _ctx(kb, sources, vals, shape4, D: int) -> _Ctx:
+    scale = vals.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / (D ** 0.5)
+    mask_node = vals.get("attn_mask")
+    mask, mbool = None, False
+    if mask_node is not None:
+        mask = _in(kb, sources[mask_node], shape4)
+        mbool = sources[mask_node].base_dtype == "bool"
+    return _Ctx(kb, scale, bool(vals.get("is_causal")), mask, mbool)
+
+
+def _load_T(kb: KernelBuilder, ctx: _Ctx, dst: TileRegion, stage: Tile, tp: Tile, acc: HBMAccess,
+            rows: int, D: int) -> TileRegion:
+    """Rows [rows, D] into ``stage`` and their transpose [D, rows] into ``dst`` (via TensorE)."""
+    sr = stage.region(rows, D)
+    kb.dma(sr, acc)
+    kb.instr("tensor", "nc_transpose", tp.region(D, rows), {"data": sr})
+    ctx.evict(dst, tp.region(D, rows))
+    return sr
+
+
+# ------------------------------------------------------------------------------------ forward
+@register_kernel(FLASH_FWD)
+def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                    cfg) -> None:
+    vals = _args(n, ["query", "key", "value", "dropout_p", "is_causal"],
+                 {"dropout_p": 0.0, "is_causal": False, "attn_mask": None, "scale": None})
+    qn, kn, vn = vals["query"], vals["key"], vals["value"]
+    qv, kv, vv = (x.meta["val"] for x in (qn, kn, vn))
+    mv = vals["attn_mask"].meta["val"] if vals["attn_mask"] is not None else None
+    why = unsupported(qv, kv, vv, vals["dropout_p"], mv)
+    if why:
+        raise LoweringError(f"flash attention: {why}")
+    B, H, Sq, D = (int(x) for x in qv.shape)
+    Sk = int(kv.shape[2])
+    shape4 = (B, H, Sq, Sk)
+    ctx = _ctx(kb, sources, vals, shape4, D)
+    q, k, v = (_in(kb, sources[x], tuple(x.meta["val"].shape)) for x in (qn, kn, vn))
+    res = _results(n, out_tensors, out_meta)
+    out = _out(*res[0]) if 0 in res else None
+    lse = _out(*res[1]) if 1 in res else None
+    out_dt = res[0][0].dtype if 0 in res else "float32"
+    dt = hw_dtype(sources[qn].base_dtype)           # matmul operands: the inputs' own precision
+    esz = 4 if dt == "float32" else 2
+    pt_w = kb.target.psum_bank_bytes // esz          # P^T columns per PSUM bank
+    nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
+    nsets = 2 if (KEY_STEP // NMAX + ceil_div(KEY_STEP, pt_w) + 1) * 2 <= kb.target.psum_banks else 1
+    kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
+               f"steps of {KEY_STEP} (scores in PSUM banks of {NMAX}), online softmax in fp32 SBUF, "
+               f"P^T on TensorE; {'causal blocks skipped; ' if ctx.causal else ''}"
+               f"{nsets} rotating tile set(s)")
+    with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
+        sets = []
+        for _ in range(nsets):
+            sets.append(dict(
+                s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(KEY_STEP // NMAX)],
+                pt=[kb.tile((PMAX, pt_w), dt, "psum", prefix="pt_ps") for _ in range(ceil_div(KEY_STEP, pt_w))],
+                o=kb.tile((PMAX, D), "float32", "psum", prefix="o_ps"),
+                p=kb.tile((PMAX, KEY_STEP), dt, prefix="p"),
+                pts=kb.tile((PMAX, pt_w), dt, prefix="pt"),
+                ssb=kb.tile((PMAX, NMAX), "float32", prefix="s_sb"),
+                bias=kb.tile((PMAX, NMAX), "float32", prefix="bias"),
+                tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
+                qs=kb.tile((PMAX, D), dt, prefix="q_rows"),
+                qT=kb.tile((PMAX, PMAX), dt, prefix="qT"),
+                st=kb.tile((PMAX, 16), "float32", prefix="stats"),
+                osb=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
+            ))
+        # K^T [D, Sk] and V rows [128, nk x D] of this head, loaded once
+        kT = kb.tile((PMAX, nk * PMAX), dt, prefix="kT")
+        vr = kb.tile((PMAX, nk * D), dt, prefix="v_rows")
+        kst = kb.tile((PMAX, D), dt, prefix="k_rows")
+        for j in range(nk):
+            cols = min(PMAX, Sk - PMAX * j)
+            _load_T(kb, ctx, TileRegion(kT, (0, PMAX * j), (D, cols)), kst, sets[j % nsets]["pt"][0],
+                    k.rows(b, h, PMAX * j, cols, D), cols, D)
+            kb.dma(TileRegion(vr, (0, D * j), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
+        for i in range(nq):
+            _fwd_qtile(kb, ctx, sets[i % nsets], q, out, lse, kT, vr, b, h, i, Sq, Sk, D, dt, pt_w)
+
+
+def _fwd_qtile(kb, ctx, ts, q, out, lse, kT, vr, b, h, i, Sq, Sk, D, dt, pt_w) -> None:
+    rows = min(PMAX, Sq - PMAX * i)
+    q0 = PMAX * i
+    scale = ctx.scale
+    qT = TileRegion(ts["qT"], (0, 0), (D, rows))
+    _load_T(kb, ctx, qT, ts["qs"], ts["pt"][0], q.rows(b, h, q0, rows, D), rows, D)
+    kend = min(Sk, q0 + rows) if ctx.causal else Sk   # causal: key k <= query q (top-left aligned)
+    st = ts["st"]
+
+    def col(c: int) -> TileRegion:
+        return TileRegion(st, (0, c), (rows, 1))
+    # stats columns: 0,1 running max (ping-pong), 2 -scale*m, 3 l, 4 alpha, 5 step sum, 6.. per-bank
+    M = [col(0), col(1)]
+    NEGM, L, ALPHA, RS = col(2), col(3), col(4), col(5)
+    o = ts["o"].region(rows, D)
+    steps = list(range(0, kend, KEY_STEP))
+    for si, k0 in enumerate(steps):
+        kw = min(KEY_STEP, kend - k0)
+        nb = ceil_div(kw, NMAX)
+        parts = TileRegion(st, (0, 6), (rows, nb))
+        sums = TileRegion(st, (0, 6 + nb), (rows, nb))
+        srcs = []
+        for bi in range(nb):
+            c0 = k0 + NMAX * bi
+            cw = min(NMAX, kend - c0)
+            sp = ts["s"][bi].region(rows, cw)
+            kb.instr("tensor", "nc_matmul", sp, {"stationary": qT,
+                                                  "moving": TileRegion(kT, (0, c0), (D, cw))},
+                     accumulate=False)
+            if ctx.needs_mask(q0, rows, c0, cw):
+                bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, c0, cw)
+                s_sb = ts["ssb"].region(rows, cw)
+                kb.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
+                sp = s_sb
+            srcs.append((sp, c0, cw))
+            kb.instr("vector", "tensor_reduce", TileRegion(st, (0, 6 + bi), (rows, 1)), {"data": sp},
+                     op="maximum", axis=(1,), keepdims=True)
+        m_new, m_old = M[si % 2], M[(si + 1) % 2]
+        kb.instr("vector", "tensor_reduce", m_new, {"data": parts}, op="maximum", axis=(1,), keepdims=True)
+        if si:
+            kb.instr("gpsimd", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
+        kb.instr("gpsimd", "tensor_scalar", NEGM, {"data": m_new, "operand0": -scale}, op0="multiply")
+        if si:   # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
+            kb.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
+        for bi, (sp, c0, cw) in enumerate(srcs):
+            kb.instr("scalar", "activation", TileRegion(ts["p"], (0, NMAX * bi), (rows, cw)),
+                     {"data": sp, "bias": NEGM, "reduce_res": TileRegion(st, (0, 6 + nb + bi), (rows, 1))},
+                     op="exp", scale=scale, reduce_op="add")
+        if si == 0:
+            kb.instr("vector", "tensor_reduce", L, {"data": sums}, op="add", axis=(1,), keepdims=True)
+        else:
+            kb.instr("vector", "tensor_reduce", RS, {"data": sums}, op="add", axis=(1,), keepdims=True)
+            kb.instr("gpsimd", "tensor_scalar", L, {"data": L, "operand0": ALPHA, "operand1": RS},
+                     op0="multiply", op1="add")
+            kb.instr("vector", "tensor_scalar", o, {"data": o, "operand0": ALPHA}, op0="multiply")
+        # P^T in 128-key blocks (TensorE), then P^T V accumulated into o
+        nblk = ceil_div(kw, PMAX)
+        per = pt_w // PMAX
+        for c in range(ceil_div(nblk, per)):
+            blks = range(c * per, min(nblk, (c + 1) * per))
+            ptp = ts["pt"][c % len(ts["pt"])]
+            for t in blks:
+                kc = min(PMAX, kw - PMAX * t)
+                kb.instr("tensor", "nc_transpose", TileRegion(ptp, (0, PMAX * (t - c * per)), (kc, rows)),
+                         {"data": TileRegion(ts["p"], (0, PMAX * t), (rows, kc))})
+            full = [t for t in blks if kw - PMAX * t >= PMAX]
+            if full and rows == PMAX:   # whole 128x128 blocks side by side: one eviction
+                w = PMAX * len(full)
+                ctx.evict(ts["pts"].region(PMAX, w), ptp.region(PMAX, w))
+            for t in blks:
+                kc = min(PMAX, kw - PMAX * t)
+                if kc < PMAX or rows < PMAX:
+                    ctx.evict(TileRegion(ts["pts"], (0, PMAX * (t - c * per)), (kc, rows)),
+                              TileRegion(ptp, (0, PMAX * (t - c * per)), (kc, rows)))
+            for t in blks:
+                kc = min(PMAX, kw - PMAX * t)
+                kg = (k0 + PMAX * t) // PMAX
+                first = si == 0 and t == 0
+                kb.instr("tensor", "nc_matmul", o,
+                         {"stationary": TileRegion(ts["pts"], (0, PMAX * (t - c * per)), (kc, rows)),
+                          "moving": TileRegion(vr, (0, D * kg), (kc, D))}, accumulate=not first)
+    m_fin = M[(len(steps) - 1) % 2]
+    if out is not None:
+        kb.instr("gpsimd", "tensor_scalar", ALPHA, {"data": L, "operand0": 1.0}, op0="divide", reverse0=True)
+        osb = ts["osb"].region(rows, D)
+        kb.instr("vector", "tensor_scalar", osb, {"data": o, "operand0": ALPHA}, op0="multiply")
+        kb.dma(out.rows(b, h, q0, rows, D), osb)
+    if lse is not None:   # lse = scale * m + ln(l)
+        kb.instr("scalar", "activation", RS, {"data": L}, op="log", scale=1.0)
+        kb.instr("gpsimd", "tensor_scalar", RS, {"data": m_fin, "operand0": scale, "operand1": RS},
+                 op0="multiply", op1="add")
+        kb.dma(HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + q0 * lse.st[2],
+                         ((lse.st[2], rows), (1, 1))), RS)
+
+
+# ------------------------------------------------------------------------------------ backward
+@register_kernel(FLASH_BWD)
+def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                    cfg) -> None:
+    vals = _args(n, ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"],
+                 {"attn_mask": None, "scale": None})
+    qv, kv, vv = (vals[x].meta["val"] for x in ("query", "key", "value"))
+    mv = vals["attn_mask"].meta["val"] if vals["attn_mask"] is not None else None
+    why = unsupported(qv, kv, vv, vals["dropout_p"], mv)
+    if why:
+        raise LoweringError(f"flash attention backward: {why}")
+    B, H, Sq, D = (int(x) for x in qv.shape)
+    Sk = int(kv.shape[2])
+    shape4 = (B, H, Sq, Sk)
+    ctx = _ctx(kb, sources, vals, shape4, D)
+    go, q, k, v, o = (_in(kb, sources[vals[x]], tuple(vals[x].meta["val"].shape))
+                      for x in ("grad_out", "query", "key", "value", "out"))
+    lse_src = sources[vals["logsumexp"]]
+    if tuple(lse_src.meta.size) != (B, H, Sq) or lse_src.base_dtype != "float32":
+        raise LoweringError("logsumexp layout")
+    lse = _T4(kb.param(lse_src.host, lse_src.base_extent, "float32"), lse_src.meta.storage_offset,
+              tuple(lse_src.meta.stride) + (1,))
+    res = _results(n, out_tensors, out_meta)
+    outs = {i: _out(*res[i]) for i in res}
+    dt = hw_dtype(sources[vals["query"]].base_dtype)
+    nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
+    scale = ctx.scale
+    nsets = 3
+    kb.plan = (f"flash attention backward (FA-2) [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); per 128-key tile "
+               f"dK/dV accumulate in PSUM over 128-query tiles, P recomputed from the logsumexp, dQ in an "
+               f"fp32 SBUF buffer; {'causal blocks skipped; ' if ctx.causal else ''}{nsets} rotating tile sets")
+    with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
+        sets = [dict(a=kb.tile((PMAX, PMAX), "float32", "psum", prefix="a_ps"),
+                     c=kb.tile((PMAX, PMAX), "float32", "psum", prefix="c_ps"),
+                     p=kb.tile((PMAX, PMAX), dt, prefix="p"),
+                     dpm=kb.tile((PMAX, PMAX), "float32", prefix="dpm"),
+                     ds=kb.tile((PMAX, PMAX), dt, prefix="ds"),
+                     dst=kb.tile((PMAX, PMAX), dt, prefix="dsT"),
+                     ssb=kb.tile((PMAX, PMAX), "float32", prefix="s_sb"),
+                     bias=kb.tile((PMAX, PMAX), "float32", prefix="bias"),
+                     tmp=kb.tile((PMAX, PMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None)
+                for _ in range(nsets)]
+        dk_ps = kb.tile((PMAX, D), "float32", "psum", prefix="dk_ps")
+        dv_ps = kb.tile((PMAX, D), "float32", "psum", prefix="dv_ps")
+        # per-head query-side operands, kept for every key tile
+        qr = kb.tile((PMAX, nq * D), dt, prefix="q_rows")
+        qT = kb.tile((PMAX, nq * PMAX), dt, prefix="qT")
+        dor = kb.tile((PMAX, nq * D), dt, prefix="do_rows")
+        doT = kb.tile((PMAX, nq * PMAX), dt, prefix="doT")
+        nlse = kb.tile((PMAX, nq), "float32", prefix="neg_lse")
+        di = kb.tile((PMAX, nq), "float32", prefix="di")
+        dq = kb.tile((PMAX, nq * D), "float32", prefix="dq_acc")
+        ot = kb.tile((PMAX, D), dt, prefix="o_rows")
+        prod = kb.tile((PMAX, D), "float32", prefix="do_o")
+        kr = kb.tile((PMAX, D), dt, prefix="k_rows")
+        vr = kb.tile((PMAX, D), dt, prefix="v_rows")
+        kT = kb.tile((PMAX, PMAX), dt, prefix="kT")
+        vT = kb.tile((PMAX, PMAX), dt, prefix="vT")
+        osb = kb.tile((PMAX, D), hw_dtype(out_meta_dtype(res)), prefix="g_sb")
+        kb.instr("vector", "memset", dq.region(PMAX, nq * D), {}, value=0.0)
+        for i in range(nq):
+            rows = min(PMAX, Sq - PMAX * i)
+            tp = sets[i % nsets]["a"]
+            qri = TileRegion(qr, (0, D * i), (rows, D))
+            kb.dma(qri, q.rows(b, h, PMAX * i, rows, D))
+            kb.instr("tensor", "nc_transpose", tp.region(D, rows), {"data": qri})
+            ctx.evict(TileRegion(qT, (0, PMAX * i), (D, rows)), tp.region(D, rows))
+            dri = TileRegion(dor, (0, D * i), (rows, D))
+            kb.dma(dri, go.rows(b, h, PMAX * i, rows, D))
+            tp2 = sets[i % nsets]["c"]
+            kb.instr("tensor", "nc_transpose", tp2.region(D, rows), {"data": dri})
+            ctx.evict(TileRegion(doT, (0, PMAX * i), (D, rows)), tp2.region(D, rows))
+            col = TileRegion(nlse, (0, i), (rows, 1))
+            kb.dma(col, HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + PMAX * i * lse.st[2],
+                                  ((lse.st[2], rows), (1, 1))))
+            kb.instr("gpsimd", "tensor_scalar", col, {"data": col, "operand0": -1.0}, op0="multiply")
+            # D_i = rowsum(dO * O)
+            kb.dma(ot.region(rows, D), o.rows(b, h, PMAX * i, rows, D))
+            kb.instr("gpsimd", "tensor_tensor", prod.region(rows, D), {"data1": dri, "data2": ot.region(rows, D)},
+                     op="multiply")
+            kb.instr("vector", "tensor_reduce", TileRegion(di, (0, i), (rows, 1)), {"data": prod.region(rows, D)},
+                     op="add", axis=(1,), keepdims=True)
+        blk = 0
+        for j in range(nk):
+            cols = min(PMAX, Sk - PMAX * j)
+            k0 = PMAX * j
+            ts0 = sets[blk % nsets]
+            kb.dma(kr.region(cols, D), k.rows(b, h, k0, cols, D))
+            kb.instr("tensor", "nc_transpose", ts0["a"].region(D, cols), {"data": kr.region(cols, D)})
+            ctx.evict(kT.region(D, cols), ts0["a"].region(D, cols))
+            kb.dma(vr.region(cols, D), v.rows(b, h, k0, cols, D))
+            kb.instr("tensor", "nc_transpose", ts0["c"].region(D, cols), {"data": vr.region(cols, D)})
+            ctx.evict(vT.region(D, cols), ts0["c"].region(D, cols))
+            # causal: query tiles holding some q >= k0
+            qtiles = [i for i in range(nq) if not ctx.causal or PMAX * i + min(PMAX, Sq - PMAX * i) - 1 >= k0]
+            for idx, i in enumerate(qtiles):
+                ts = sets[blk % nsets]
+                blk += 1
+                rows = min(PMAX, Sq - PMAX * i)
+                q0 = PMAX * i
+                sp = ts["a"].region(rows, cols)
+                kb.instr("tensor", "nc_matmul", sp, {"stationary": TileRegion(qT, (0, q0), (D, rows)),
+                                                      "moving": kT.region(D, cols)}, accumulate=False)
+                if ctx.needs_mask(q0, rows, k0, cols):
+                    bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, k0, cols)
+                    s_sb = ts["ssb"].region(rows, cols)
+                    kb.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
+                    sp = s_sb
+                p = ts["p"].region(rows, cols)
+                kb.instr("scalar", "activation", p, {"data": sp, "bias": TileRegion(nlse, (0, i), (rows, 1))},
+                         op="exp", scale=scale)
+                dp = ts["c"].region(rows, cols)
+                kb.instr("tensor", "nc_matmul", dp, {"stationary": TileRegion(doT, (0, q0), (D, rows)),
+                                                      "moving": vT.region(D, cols)}, accumulate=False)
+                dpm = ts["dpm"].region(rows, cols)
+                kb.instr("vector", "tensor_scalar", dpm, {"data": dp, "operand0": TileRegion(di, (0, i), (rows, 1)),
+                                                          "operand1": scale}, op0="subtract", op1="multiply")
+                ds = ts["ds"].region(rows, cols)
+                kb.instr("gpsimd", "tensor_tensor", ds, {"data1": p, "data2": dpm}, op="multiply")
+                kb.instr("tensor", "nc_matmul", dv_ps.region(cols, D),
+                         {"stationary": p, "moving": TileRegion(dor, (0, D * i), (rows, D))}, accumulate=idx > 0)
+                kb.instr("tensor", "nc_matmul", dk_ps.region(cols, D),
+                         {"stationary": ds, "moving": TileRegion(qr, (0, D * i), (rows, D))}, accumulate=idx > 0)
+                dsT_ps = ts["a"].region(cols, rows)
+                kb.instr("tensor", "nc_transpose", dsT_ps, {"data": ds})
+                dsT = ts["dst"].region(cols, rows)
+                kb.instr("scalar", "tensor_copy", dsT, {"src": dsT_ps})
+                dqp = ts["c"].region(rows, D)
+                kb.instr("tensor", "nc_matmul", dqp, {"stationary": dsT, "moving": kr.region(cols, D)},
+                         accumulate=False)
+                acc = TileRegion(dq, (0, D * i), (rows, D))
+                kb.instr("vector", "tensor_tensor", acc, {"data1": acc, "data2": dqp}, op="add")
+            for which, ps in ((1, dk_ps), (2, dv_ps)):
+                if which not in outs:
+                    continue
+                g = osb.region(cols, D)
+                if qtiles:
+                    ctx.evict(g, ps.region(cols, D))
+                else:  # no query sees these keys
+                    kb.instr("vector", "memset", g, {}, value=0.0)
+                kb.dma(outs[which].rows(b, h, k0, cols, D), g)
+        if 0 in outs:
+            for i in range(nq):
+                rows = min(PMAX, Sq - PMAX * i)
+                g = osb.region(rows, D)
+                ctx.evict(g, TileRegion(dq, (0, D * i), (rows, D)))
+                kb.dma(outs[0].rows(b, h, PMAX * i, rows, D), g)
+
+
+def out_meta_dtype(res: dict) -> str:
+    return next(iter(res.values()))[1].dtype
