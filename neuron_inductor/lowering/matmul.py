@@ -93,15 +93,18 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     # transposes gathered per PSUM bank (one eviction of 512 columns instead of four of 128)
     grp = next((g for g in (4, 2) if K % KMAX == 0 and nk % g == 0), 1)
 
+    # bytes per output column of one evicted tile and the tiles its fused epilogue allocates
+    epi = 4 * (1 + 2 * (len(group.nodes) - 1))
+
     def sbuf_use(bm: int, cw: int, rtr: bool) -> int:
         """Peak SBUF bytes per partition: the lhs^T block plus the larger of its staging (an inner
         loop of its own) and the column loop's tiles."""
         lhs = nk * bm * PMAX * esz
         stage = KC * esz if lhs_tr else 0
-        if rtr:
-            cols = nk * cw * esz + (cw // PMAX) * KC * esz + 2 * cw * 4
-        else:
-            cols = 2 * NMAX * esz + bm * NMAX * 4 + 2 * cw * 4
+        if rtr:  # one evicted tile (and its epilogue's tiles) live per inner row step
+            cols = nk * cw * esz + (cw // PMAX) * KC * esz + 2 * epi * cw
+        else:    # every row tile of the block is evicted in an unrolled sequence
+            cols = 2 * NMAX * esz + 2 * bm * epi * NMAX
         return lhs + max(stage, cols)
     if rhs_tr:
         # W^T (nn.Linear): transposed once per (M block, column tile) and reused by every row tile of
