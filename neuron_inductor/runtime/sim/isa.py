@@ -200,7 +200,8 @@ def nc_matmul(ctx: KernelContext, *, dst: Any, stationary: Any, moving: Any,
                      f"moving {m.alloc.dtype_name})", s, m)
     if d.dtype != dt.float32:
         raise refuse("dtype", f"{api}: the PSUM destination must be float32", d)
-    res = (_rows(s).astype(np.float32).T @ _rows(m).astype(np.float32)).reshape(d.shape)
+    # to_f32 copies only bf16/fp16 operands (astype always copied, twice per matmul)
+    res = (dt.to_f32(_rows(s)).T @ dt.to_f32(_rows(m))).reshape(d.shape)
     out = d.array
     if accumulate is None:
         alloc = d.alloc
