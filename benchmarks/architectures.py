@@ -158,7 +158,8 @@ def check_generate(model: Any, ids: torch.Tensor, max_new_tokens: int = 4) -> di
     and no compile after the first decode step (prefill and decode are one graph each)."""
     from neuron_inductor.integrations.hf import compile_forward, restore_forward, static_generate
     model.eval()
-    kw = dict(output_logits=True, return_dict_in_generate=True)
+    # min_new_tokens: an early EOS would leave too few decode steps to prove the decode graph is reused
+    kw = dict(output_logits=True, return_dict_in_generate=True, min_new_tokens=max_new_tokens)
     with torch.no_grad():  # the reference is transformers' own static-cache path, eagerly
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                   do_sample=False, cache_implementation="static", **kw)
