@@ -54,3 +54,24 @@ def test_many_shapes_warn_once(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cf(torch.randn(9, 16), w)
+
+
+def test_training_compiles_forward_and_backward_once_per_shape():
+    reset_stats()
+    w = torch.randn(16, 3, requires_grad=True)
+
+    def loss(x, w):
+        return (torch.relu(x @ w) * 2).sum()
+
+    cf = torch.compile(loss, backend="neuron")
+    for n in (8, 24, 8, 40, 24):
+        x = torch.randn(n, 16)
+        w.grad = None
+        cf(x, w).backward()
+        g = w.grad.clone()
+        w.grad = None
+        loss(x, w).backward()
+        torch.testing.assert_close(g, w.grad)
+    s = stats()
+    assert s["misses"] == 6  # 3 shapes x (forward, backward)
+    assert s["hits_memory"] == 2  # n=8 through the symbolic graph: both reuse the static entries
