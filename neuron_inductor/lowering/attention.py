@@ -44,6 +44,7 @@ FLASH_FWD = aten._scaled_dot_product_flash_attention_for_cpu.default
 FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 #: longest sequence the kernels keep per-head operands for in SBUF (longer ones are decomposed)
 MAX_SEQ = 8192
+FWD_SETS = 1
 
 
 def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
@@ -125,10 +126,11 @@ class _Ctx:
         self.kb, self.scale, self.causal, self.mask, self.mask_bool = kb, scale, causal, mask, mask_bool
         self._flip = 0
 
-    def evict(self, dst: TileRegion, src: TileRegion) -> None:
-        """PSUM -> SBUF copies alternate ScalarE / VectorE, which both also carry a score pass."""
+    def evict(self, dst: TileRegion, src: TileRegion, engine: str | None = None) -> None:
+        """PSUM -> SBUF copies alternate ScalarE / VectorE, which both also carry a score pass;
+        ``engine`` pins one where the other is the busier."""
         self._flip ^= 1
-        self.kb.instr("scalar" if self._flip else "vector", "tensor_copy", dst, {"src": src})
+        self.kb.instr(engine or ("scalar" if self._flip else "vector"), "tensor_copy", dst, {"src": src})
 
     def needs_mask(self, q0: int, rows: int, k0: int, cols: int) -> bool:
         return self.mask is not None or (self.causal and k0 + cols - 1 > q0)
@@ -202,7 +204,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     esz = 4 if dt == "float32" else 2
     pt_w = kb.target.psum_bank_bytes // esz          # P^T columns per PSUM bank
     nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    nsets = 2 if (KEY_STEP // NMAX + ceil_div(KEY_STEP, pt_w) + 1) * 2 <= kb.target.psum_banks else 1
+    nsets = FWD_SETS if (KEY_STEP // NMAX + ceil_div(KEY_STEP, pt_w) + 1) * FWD_SETS <= kb.target.psum_banks else 1
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
                f"steps of {KEY_STEP} (scores in PSUM banks of {NMAX}), online softmax in fp32 SBUF, "
                f"P^T on TensorE; {'causal blocks skipped; ' if ctx.causal else ''}"
@@ -333,6 +335,12 @@ def _fwd_qtile(kb, ctx, ts, q, out, lse, kT, vr, b, h, i, Sq, Sk, D, dt, pt_w) -
 
 
 # ------------------------------------------------------------------------------------ backward
+#: keys per backward block: two 128-key tiles side by side (S and dP share one PSUM bank, dK and dV
+#: another), so two heads' blocks fit PSUM together and overlap
+KEY_GROUP = 256
+BWD_SETS = 1
+
+
 @register_kernel(FLASH_BWD)
 def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
                     cfg) -> None:
@@ -345,8 +353,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         raise LoweringError(f"flash attention backward: {why}")
     B, H, Sq, D = (int(x) for x in qv.shape)
     Sk = int(kv.shape[2])
-    shape4 = (B, H, Sq, Sk)
-    ctx = _ctx(kb, sources, vals, shape4, D)
+    ctx = _ctx(kb, sources, vals, (B, H, Sq, Sk), D)
     go, q, k, v, o = (_in(kb, sources[vals[x]], tuple(vals[x].meta["val"].shape))
                       for x in ("grad_out", "query", "key", "value", "out"))
     lse_src = sources[vals["logsumexp"]]
@@ -356,27 +363,32 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
               tuple(lse_src.meta.stride) + (1,))
     res = _results(n, out_tensors, out_meta)
     outs = {i: _out(*res[i]) for i in res}
+    g_dt = next(iter(res.values()))[0].dtype
     dt = hw_dtype(sources[vals["query"]].base_dtype)
-    nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    scale = ctx.scale
-    nsets = 3
-    kb.plan = (f"flash attention backward (FA-2) [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); per 128-key tile "
-               f"dK/dV accumulate in PSUM over 128-query tiles, P recomputed from the logsumexp, dQ in an "
-               f"fp32 SBUF buffer; {'causal blocks skipped; ' if ctx.causal else ''}{nsets} rotating tile sets")
+    nq = ceil_div(Sq, PMAX)
+    kb.plan = (f"flash attention backward (FA-2) [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); blocks of 128 "
+               f"queries x {KEY_GROUP} keys: S and dP recomputed in PSUM, P from the saved logsumexp, dK/dV of "
+               f"the key group accumulated in PSUM over the query tiles, dQ summed over the group in PSUM "
+               f"then into an fp32 SBUF buffer{'; causal blocks skipped' if ctx.causal else ''}")
     with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
-        sets = [dict(a=kb.tile((PMAX, PMAX), "float32", "psum", prefix="a_ps"),
-                     c=kb.tile((PMAX, PMAX), "float32", "psum", prefix="c_ps"),
-                     p=kb.tile((PMAX, PMAX), dt, prefix="p"),
-                     dpm=kb.tile((PMAX, PMAX), "float32", prefix="dpm"),
-                     ds=kb.tile((PMAX, PMAX), dt, prefix="ds"),
-                     dst=kb.tile((PMAX, PMAX), dt, prefix="dsT"),
-                     ssb=kb.tile((PMAX, PMAX), "float32", prefix="s_sb"),
-                     bias=kb.tile((PMAX, PMAX), "float32", prefix="bias"),
-                     tmp=kb.tile((PMAX, PMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None)
-                for _ in range(nsets)]
-        dk_ps = kb.tile((PMAX, D), "float32", "psum", prefix="dk_ps")
-        dv_ps = kb.tile((PMAX, D), "float32", "psum", prefix="dv_ps")
-        # per-head query-side operands, kept for every key tile
+        # one PSUM bank per set: S / dS^T in columns [0, G), dP / dQ in [G, 2G)
+        sets = [dict(ac=kb.tile((PMAX, 2 * KEY_GROUP), "float32", "psum", prefix="s_dp_ps"),
+                     p=kb.tile((PMAX, KEY_GROUP), dt, prefix="p"),
+                     dpm=kb.tile((PMAX, KEY_GROUP), "float32", prefix="dpm"),
+                     ds=kb.tile((PMAX, KEY_GROUP), dt, prefix="ds"),
+                     dst=kb.tile((PMAX, KEY_GROUP), dt, prefix="dsT"),
+                     ssb=kb.tile((PMAX, KEY_GROUP), "float32", prefix="s_sb"),
+                     bias=kb.tile((PMAX, KEY_GROUP), "float32", prefix="bias"),
+                     tmp=kb.tile((PMAX, KEY_GROUP), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
+                     kr=kb.tile((PMAX, KEY_GROUP // PMAX * D), dt, prefix="k_rows"),
+                     vr=kb.tile((PMAX, KEY_GROUP // PMAX * D), dt, prefix="v_rows"),
+                     kT=kb.tile((PMAX, KEY_GROUP), dt, prefix="kT"),
+                     vT=kb.tile((PMAX, KEY_GROUP), dt, prefix="vT"),
+                     gsb=kb.tile((PMAX, KEY_GROUP // PMAX * D), g_dt, prefix="g_sb"))
+                for _ in range(BWD_SETS)]
+        ntg = KEY_GROUP // PMAX
+        dkv = kb.tile((PMAX, 2 * ntg * D), "float32", "psum", prefix="dkv_ps")   # dK | dV of the group
+        # per-head query-side operands, kept for every key group
         qr = kb.tile((PMAX, nq * D), dt, prefix="q_rows")
         qT = kb.tile((PMAX, nq * PMAX), dt, prefix="qT")
         dor = kb.tile((PMAX, nq * D), dt, prefix="do_rows")
@@ -386,24 +398,19 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         dq = kb.tile((PMAX, nq * D), "float32", prefix="dq_acc")
         ot = kb.tile((PMAX, D), dt, prefix="o_rows")
         prod = kb.tile((PMAX, D), "float32", prefix="do_o")
-        kr = kb.tile((PMAX, D), dt, prefix="k_rows")
-        vr = kb.tile((PMAX, D), dt, prefix="v_rows")
-        kT = kb.tile((PMAX, PMAX), dt, prefix="kT")
-        vT = kb.tile((PMAX, PMAX), dt, prefix="vT")
-        osb = kb.tile((PMAX, D), hw_dtype(out_meta_dtype(res)), prefix="g_sb")
-        kb.instr("vector", "memset", dq.region(PMAX, nq * D), {}, value=0.0)
+        kb.instr("gpsimd", "memset", dq.region(PMAX, nq * D), {}, value=0.0)
         for i in range(nq):
             rows = min(PMAX, Sq - PMAX * i)
-            tp = sets[i % nsets]["a"]
+            ts = sets[i % len(sets)]
             qri = TileRegion(qr, (0, D * i), (rows, D))
             kb.dma(qri, q.rows(b, h, PMAX * i, rows, D))
-            kb.instr("tensor", "nc_transpose", tp.region(D, rows), {"data": qri})
-            ctx.evict(TileRegion(qT, (0, PMAX * i), (D, rows)), tp.region(D, rows))
+            kb.instr("tensor", "nc_transpose", ts["ac"].region(D, rows), {"data": qri})
+            ctx.evict(TileRegion(qT, (0, PMAX * i), (D, rows)), ts["ac"].region(D, rows))
             dri = TileRegion(dor, (0, D * i), (rows, D))
             kb.dma(dri, go.rows(b, h, PMAX * i, rows, D))
-            tp2 = sets[i % nsets]["c"]
-            kb.instr("tensor", "nc_transpose", tp2.region(D, rows), {"data": dri})
-            ctx.evict(TileRegion(doT, (0, PMAX * i), (D, rows)), tp2.region(D, rows))
+            cT = TileRegion(ts["ac"], (0, KEY_GROUP), (D, rows))
+            kb.instr("tensor", "nc_transpose", cT, {"data": dri})
+            ctx.evict(TileRegion(doT, (0, PMAX * i), (D, rows)), cT)
             col = TileRegion(nlse, (0, i), (rows, 1))
             kb.dma(col, HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + PMAX * i * lse.st[2],
                                   ((lse.st[2], rows), (1, 1))))
@@ -415,71 +422,88 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             kb.instr("vector", "tensor_reduce", TileRegion(di, (0, i), (rows, 1)), {"data": prod.region(rows, D)},
                      op="add", axis=(1,), keepdims=True)
         blk = 0
-        for j in range(nk):
-            cols = min(PMAX, Sk - PMAX * j)
-            k0 = PMAX * j
-            ts0 = sets[blk % nsets]
-            kb.dma(kr.region(cols, D), k.rows(b, h, k0, cols, D))
-            kb.instr("tensor", "nc_transpose", ts0["a"].region(D, cols), {"data": kr.region(cols, D)})
-            ctx.evict(kT.region(D, cols), ts0["a"].region(D, cols))
-            kb.dma(vr.region(cols, D), v.rows(b, h, k0, cols, D))
-            kb.instr("tensor", "nc_transpose", ts0["c"].region(D, cols), {"data": vr.region(cols, D)})
-            ctx.evict(vT.region(D, cols), ts0["c"].region(D, cols))
-            # causal: query tiles holding some q >= k0
-            qtiles = [i for i in range(nq) if not ctx.causal or PMAX * i + min(PMAX, Sq - PMAX * i) - 1 >= k0]
-            for idx, i in enumerate(qtiles):
-                ts = sets[blk % nsets]
+        for gi, g0 in enumerate(range(0, Sk, KEY_GROUP)):
+            gw = min(KEY_GROUP, Sk - g0)
+            gs = sets[gi % len(sets)]
+            nt = ceil_div(gw, PMAX)
+            for t in range(nt):   # K, V rows of the group and their transposes
+                kc = min(PMAX, gw - PMAX * t)
+                for src, rows_t, tT, ps in ((k, gs["kr"], gs["kT"], 0), (v, gs["vr"], gs["vT"], KEY_GROUP)):
+                    rr = TileRegion(rows_t, (0, D * t), (kc, D))
+                    kb.dma(rr, src.rows(b, h, g0 + PMAX * t, kc, D))
+                    tp = TileRegion(sets[(gi + 1) % len(sets)]["ac"], (0, ps), (D, kc))
+                    kb.instr("tensor", "nc_transpose", tp, {"data": rr})
+                    ctx.evict(TileRegion(tT, (0, PMAX * t), (D, kc)), tp)
+            # causal: query tiles holding some q >= g0
+            qtiles = [i for i in range(nq) if not ctx.causal or PMAX * i + min(PMAX, Sq - PMAX * i) - 1 >= g0]
+            first_of = {}
+            for i in qtiles:
+                ts = sets[blk % BWD_SETS]
                 blk += 1
                 rows = min(PMAX, Sq - PMAX * i)
                 q0 = PMAX * i
-                sp = ts["a"].region(rows, cols)
+                # keys of the group this tile sees (causal: up to its last query)
+                cw = min(gw, q0 + rows - g0) if ctx.causal else gw
+                ntt = ceil_div(cw, PMAX)
+                sp = ts["ac"].region(rows, cw)
                 kb.instr("tensor", "nc_matmul", sp, {"stationary": TileRegion(qT, (0, q0), (D, rows)),
-                                                      "moving": kT.region(D, cols)}, accumulate=False)
-                if ctx.needs_mask(q0, rows, k0, cols):
-                    bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, k0, cols)
-                    s_sb = ts["ssb"].region(rows, cols)
+                                                      "moving": gs["kT"].region(D, cw)}, accumulate=False)
+                if ctx.needs_mask(q0, rows, g0, cw):
+                    bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, g0, cw)
+                    s_sb = ts["ssb"].region(rows, cw)
                     kb.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
                     sp = s_sb
-                p = ts["p"].region(rows, cols)
+                p = ts["p"].region(rows, cw)
                 kb.instr("scalar", "activation", p, {"data": sp, "bias": TileRegion(nlse, (0, i), (rows, 1))},
-                         op="exp", scale=scale)
-                dp = ts["c"].region(rows, cols)
+                         op="exp", scale=ctx.scale)
+                dp = TileRegion(ts["ac"], (0, KEY_GROUP), (rows, cw))
                 kb.instr("tensor", "nc_matmul", dp, {"stationary": TileRegion(doT, (0, q0), (D, rows)),
-                                                      "moving": vT.region(D, cols)}, accumulate=False)
-                dpm = ts["dpm"].region(rows, cols)
+                                                      "moving": gs["vT"].region(D, cw)}, accumulate=False)
+                dpm = ts["dpm"].region(rows, cw)
                 kb.instr("vector", "tensor_scalar", dpm, {"data": dp, "operand0": TileRegion(di, (0, i), (rows, 1)),
-                                                          "operand1": scale}, op0="subtract", op1="multiply")
-                ds = ts["ds"].region(rows, cols)
+                                                          "operand1": ctx.scale}, op0="subtract", op1="multiply")
+                ds = ts["ds"].region(rows, cw)
                 kb.instr("gpsimd", "tensor_tensor", ds, {"data1": p, "data2": dpm}, op="multiply")
-                kb.instr("tensor", "nc_matmul", dv_ps.region(cols, D),
-                         {"stationary": p, "moving": TileRegion(dor, (0, D * i), (rows, D))}, accumulate=idx > 0)
-                kb.instr("tensor", "nc_matmul", dk_ps.region(cols, D),
-                         {"stationary": ds, "moving": TileRegion(qr, (0, D * i), (rows, D))}, accumulate=idx > 0)
-                dsT_ps = ts["a"].region(cols, rows)
-                kb.instr("tensor", "nc_transpose", dsT_ps, {"data": ds})
-                dsT = ts["dst"].region(cols, rows)
-                kb.instr("scalar", "tensor_copy", dsT, {"src": dsT_ps})
-                dqp = ts["c"].region(rows, D)
-                kb.instr("tensor", "nc_matmul", dqp, {"stationary": dsT, "moving": kr.region(cols, D)},
-                         accumulate=False)
-                acc = TileRegion(dq, (0, D * i), (rows, D))
-                kb.instr("vector", "tensor_tensor", acc, {"data1": acc, "data2": dqp}, op="add")
-            for which, ps in ((1, dk_ps), (2, dv_ps)):
+                for t in range(ntt):
+                    kc = min(PMAX, cw - PMAX * t)
+                    acc = first_of.setdefault(t, i) != i
+                    kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, D * (ntg + t)), (kc, D)),
+                             {"stationary": TileRegion(ts["p"], (0, PMAX * t), (rows, kc)),
+                              "moving": TileRegion(dor, (0, D * i), (rows, D))}, accumulate=acc)
+                    kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, D * t), (kc, D)),
+                             {"stationary": TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)),
+                              "moving": TileRegion(qr, (0, D * i), (rows, D))}, accumulate=acc)
+                    kb.instr("tensor", "nc_transpose", TileRegion(ts["ac"], (0, PMAX * t), (kc, rows)),
+                             {"data": TileRegion(ts["ds"], (0, PMAX * t), (rows, kc))})
+                if rows == PMAX and cw % PMAX == 0:
+                    ctx.evict(ts["dst"].region(PMAX, cw), ts["ac"].region(PMAX, cw), "scalar")
+                else:
+                    for t in range(ntt):
+                        kc = min(PMAX, cw - PMAX * t)
+                        ctx.evict(TileRegion(ts["dst"], (0, PMAX * t), (kc, rows)),
+                                  TileRegion(ts["ac"], (0, PMAX * t), (kc, rows)), "scalar")
+                dqp = TileRegion(ts["ac"], (0, KEY_GROUP), (rows, D))   # dP is consumed by now
+                for t in range(ntt):
+                    kc = min(PMAX, cw - PMAX * t)
+                    kb.instr("tensor", "nc_matmul", dqp, {"stationary": TileRegion(ts["dst"], (0, PMAX * t), (kc, rows)),
+                                                          "moving": TileRegion(gs["kr"], (0, D * t), (kc, D))},
+                             accumulate=t > 0)
+                acc_r = TileRegion(dq, (0, D * i), (rows, D))
+                kb.instr("vector", "tensor_tensor", acc_r, {"data1": acc_r, "data2": dqp}, op="add")
+            for which, c0 in ((1, 0), (2, ntg * D)):
                 if which not in outs:
                     continue
-                g = osb.region(cols, D)
-                if qtiles:
-                    ctx.evict(g, ps.region(cols, D))
-                else:  # no query sees these keys
-                    kb.instr("vector", "memset", g, {}, value=0.0)
-                kb.dma(outs[which].rows(b, h, k0, cols, D), g)
+                for t in range(nt):
+                    kc = min(PMAX, gw - PMAX * t)
+                    g = TileRegion(gs["gsb"], (0, D * t), (kc, D))
+                    if t in first_of:
+                        ctx.evict(g, TileRegion(dkv, (0, c0 + D * t), (kc, D)))
+                    else:  # no query sees these keys
+                        kb.instr("gpsimd", "memset", g, {}, value=0.0)
+                    kb.dma(outs[which].rows(b, h, g0 + PMAX * t, kc, D), g)
         if 0 in outs:
             for i in range(nq):
                 rows = min(PMAX, Sq - PMAX * i)
-                g = osb.region(rows, D)
+                g = TileRegion(sets[i % len(sets)]["gsb"], (0, 0), (rows, D))
                 ctx.evict(g, TileRegion(dq, (0, D * i), (rows, D)))
                 kb.dma(outs[0].rows(b, h, PMAX * i, rows, D), g)
-
-
-def out_meta_dtype(res: dict) -> str:
-    return next(iter(res.values()))[1].dtype
