@@ -204,7 +204,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     esz = 4 if dt == "float32" else 2
     pt_w = kb.target.psum_bank_bytes // esz          # P^T columns per PSUM bank
     nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    nsets = FWD_SETS if (KEY_STEP // NMAX + ceil_div(KEY_STEP, pt_w) + 1) * FWD_SETS <= kb.target.psum_banks else 1
+    nsets = FWD_SETS if (ceil_div(KEY_STEP, NMAX) + ceil_div(KEY_STEP, pt_w) + 1) * FWD_SETS <= kb.target.psum_banks else 1
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
                f"steps of {KEY_STEP} (scores in PSUM banks of {NMAX}), online softmax in fp32 SBUF, "
                f"P^T on TensorE; {'causal blocks skipped; ' if ctx.causal else ''}"
@@ -213,7 +213,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         sets = []
         for _ in range(nsets):
             sets.append(dict(
-                s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(KEY_STEP // NMAX)],
+                s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(ceil_div(KEY_STEP, NMAX))],
                 pt=[kb.tile((PMAX, pt_w), dt, "psum", prefix="pt_ps") for _ in range(ceil_div(KEY_STEP, pt_w))],
                 o=kb.tile((PMAX, D), "float32", "psum", prefix="o_ps"),
                 p=kb.tile((PMAX, KEY_STEP), dt, prefix="p"),
@@ -263,7 +263,7 @@ def _fwd_qtile(kb, ctx, ts, q, out, lse, kT, vr, b, h, i, Sq, Sk, D, dt, pt_w) -
         srcs = []
         for bi in range(nb):
             c0 = k0 + NMAX * bi
-            cw = min(NMAX, kend - c0)
+            cw = min(NMAX, k0 + kw - c0)
             sp = ts["s"][bi].region(rows, cw)
             kb.instr("tensor", "nc_matmul", sp, {"stationary": qT,
                                                   "moving": TileRegion(kT, (0, c0), (D, cw))},
@@ -436,7 +436,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                     ctx.evict(TileRegion(tT, (0, PMAX * t), (D, kc)), tp)
             # causal: query tiles holding some q >= g0
             qtiles = [i for i in range(nq) if not ctx.causal or PMAX * i + min(PMAX, Sq - PMAX * i) - 1 >= g0]
-            first_of = {}
+            first_of, seen = {}, {}   # key tile -> first query tile / key rows written in PSUM
             for i in qtiles:
                 ts = sets[blk % BWD_SETS]
                 blk += 1
@@ -467,6 +467,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 for t in range(ntt):
                     kc = min(PMAX, cw - PMAX * t)
                     acc = first_of.setdefault(t, i) != i
+                    seen[t] = max(seen.get(t, 0), kc)
                     kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, D * (ntg + t)), (kc, D)),
                              {"stationary": TileRegion(ts["p"], (0, PMAX * t), (rows, kc)),
                               "moving": TileRegion(dor, (0, D * i), (rows, D))}, accumulate=acc)
@@ -496,10 +497,11 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 for t in range(nt):
                     kc = min(PMAX, gw - PMAX * t)
                     g = TileRegion(gs["gsb"], (0, D * t), (kc, D))
-                    if t in first_of:
-                        ctx.evict(g, TileRegion(dkv, (0, c0 + D * t), (kc, D)))
-                    else:  # no query sees these keys
+                    w = seen.get(t, 0)
+                    if w < kc:  # keys no query sees (causal, Sk > Sq) get zero gradients
                         kb.instr("gpsimd", "memset", g, {}, value=0.0)
+                    if w:
+                        ctx.evict(TileRegion(gs["gsb"], (0, D * t), (w, D)), TileRegion(dkv, (0, c0 + D * t), (w, D)))
                     kb.dma(outs[which].rows(b, h, g0 + PMAX * t, kc, D), g)
         if 0 in outs:
             for i in range(nq):
