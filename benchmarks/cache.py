@@ -15,7 +15,8 @@ Every measurement runs in its own interpreter so import and first-use costs are 
 wall clock from ``torch.compile`` to the end of the first ``loss.backward()``, measured inside the
 child after ``import torch``/``transformers`` (the same for every variant, it would only add noise).
 Warm and floor runs alternate and the best of ``--repeats`` is kept, so a busy machine penalises
-neither more than the other.
+neither more than the other; the process CPU time of the same span is printed too, as it moves less
+with machine load than wall time does.
 
 The children pin the package fingerprint in the cache key to the one this script read at start
 (each still computes its own, so the cost is measured): on a tree being edited while the benchmark
@@ -48,11 +49,12 @@ CHILD = textwrap.dedent("""
     out = {}
     if mode == "step":
         ids = torch.randint(0, 256, (1, seq))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         compiled = torch.compile(model, backend=backend)
         loss = compiled(input_ids=ids, labels=ids).loss
         loss.backward()
         out["seconds"] = time.perf_counter() - t0
+        out["cpu"] = time.process_time() - c0
     else:  # buckets: 64 random lengths padded to buckets, forward only, Dynamo defaults
         from torch._dynamo.utils import counters
         from neuron_inductor.bucketing import BucketingCollator
@@ -120,6 +122,9 @@ def main() -> int:
         runs = {name: ", ".join("%.2f" % r["seconds"] for r in rs)
                 for name, rs in (("warm", warms), ("floor", floors))}
         print(f"  warm / floor = {warm['seconds'] / floor['seconds']:.2f}x  (goal <= 1.2x)")
+        cpu_warm, cpu_floor = (min(r["cpu"] for r in rs) for rs in (warms, floors))
+        print(f"  CPU seconds (less sensitive to a busy machine): warm {cpu_warm:.2f}, floor "
+              f"{cpu_floor:.2f}, ratio {cpu_warm / cpu_floor:.2f}x")
         print(f"  every run (s): warm {runs['warm']}; floor {runs['floor']}")
         if not args.skip_buckets:
             benv = dict(env, NEURON_INDUCTOR_CACHE_DIR=os.path.join(tmp, "buckets"))
