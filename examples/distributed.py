@@ -58,6 +58,7 @@ def main() -> None:
     s = stats()
     print(f"rank {rank}: tp loss {tp_loss:.5f}, ddp loss {ddp_loss:.5f}, cache misses {s['misses']} "
           f"hits {s['hits']}, collectives {host.collective_counts()}", flush=True)
+    dist.barrier()  # nobody tears gloo down while a peer still talks to it
     dist.destroy_process_group()
 
 

@@ -218,6 +218,8 @@ _PROBE = textwrap.dedent("""
     from transformers import TrainingArguments
     a = TrainingArguments(output_dir="@@TMP@@", torch_compile=True, report_to="none")
     out["trainer_backend"] = a.torch_compile_backend
+    out["ours_loaded"] = sorted(m for m in sys.modules if m.startswith("neuron_inductor.")
+                                and m not in ("neuron_inductor._autoload", "neuron_inductor.autoselect"))
     print("PROBE" + json.dumps(out))
 """)
 
@@ -245,6 +247,8 @@ def test_simulated_trainium_host_selects_neuron_with_no_import(tmp_path):
     assert out["trainer_backend"] == "neuron"
     if _HAVE_BACKEND:
         assert out["compiled_with"].startswith("neuron_inductor")
+        # our compiler really ran (not just got registered): its cache entry is on disk
+        assert list((tmp_path / "cache").rglob("manifest.json"))
 
 
 def test_trainer_default_when_transformers_is_imported_before_torch(tmp_path):
@@ -263,3 +267,4 @@ def test_elsewhere_nothing_changes(tmp_path):
     out = _probe("none", tmp_path)
     assert out["default"] == "inductor"
     assert out["trainer_backend"] == "inductor"
+    assert out["ours_loaded"] == []  # the hook imported nothing of ours beyond the autoload stub

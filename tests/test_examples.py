@@ -35,5 +35,6 @@ def test_example_smoke(tmp_path, name):
 def test_distributed_example_smoke(tmp_path):
     out = _run(tmp_path, sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", str(EXAMPLES / "distributed.py"), "--smoke")
-    lines = [ln for ln in out.splitlines() if ln.startswith("rank ")]
-    assert len(lines) == 2 and all("all_reduce" in ln for ln in lines)
+    import re
+    reports = re.findall(r"rank (\d): tp loss .*?collectives \{[^}]*all_reduce[^}]*\}", out)  # ranks'
+    assert sorted(reports) == ["0", "1"], out  # lines may interleave on the shared stdout

@@ -72,6 +72,7 @@ def main(kinds: list[str]) -> None:
     print("RANK" + json.dumps({"rank": rank, "misses": stats()["misses"], "hits": stats()["hits"],
                                "collectives": host.collective_counts(),
                                "fallbacks": dict(nic.fallback_ops)}), flush=True)
+    dist.barrier()  # nobody tears gloo down while a peer still talks to it
     dist.destroy_process_group()
 
 
