@@ -119,8 +119,33 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, 
     """The compiled callable for one ATen graph (boxed: takes a list of inputs)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    from .cache import CacheSecurityError
+    from .lowering import FallbackError
+
     name = graph_name(gm, kind)
     # AOTAutograd calls us inside its fake mode; our pipeline works on real constants and metadata
     with unset_fake_temporarily():
-        return compile_cached(gm, list(example_inputs), kind, cfg,
-                              lambda: build_artifact(gm, kind, cfg, name))
+        try:
+            return compile_cached(gm, list(example_inputs), kind, cfg,
+                                  lambda: build_artifact(gm, kind, cfg, name))
+        except (FallbackError, CacheSecurityError):
+            raise
+        except Exception as e:  # a compiler bug must not kill the user's training run
+            if cfg.fallback == "error":
+                raise
+            log.warning("neuron_inductor: internal error compiling graph %s (%s: %s); this graph runs "
+                        "eagerly instead (declared graph fallback). Please report it with "
+                        "NEURON_INDUCTOR_DEBUG_DIR set.", name, type(e).__name__, e)
+            counters["graph_fallbacks"] += 1
+            fallback_ops[f"<whole {kind} graph>"] += 1
+            return _eager_graph(gm)
+
+
+def _eager_graph(gm: fx.GraphModule) -> Callable:
+    """The graph itself, run op by op in eager ATen, in our boxed calling convention."""
+    def run(args: list):
+        try:
+            return gm(*args)
+        finally:
+            args.clear()
+    return run

@@ -98,3 +98,36 @@ def test_debug_dump_env(tmp_path, monkeypatch):
     config.reset()
     _run(lambda x: x * 2, torch.randn(4))
     assert list((tmp_path / "dump").rglob("kernels.py"))
+
+
+def test_internal_compiler_error_falls_back_to_eager_graph(monkeypatch, caplog):
+    """A compiler bug must not kill a training run: the graph runs eagerly, loudly and counted."""
+    import neuron_inductor.lowering as lowering
+    from neuron_inductor import compile as nic
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated compiler bug")
+
+    monkeypatch.setattr(lowering, "lower_graph", boom)
+    nic.reset_counters()
+    x = torch.randn(5, 7, requires_grad=True)
+    f = torch.compile(lambda t: (t.sin() * 2).sum(-1), backend="neuron")
+    with caplog.at_level("WARNING", logger="neuron_inductor"):
+        out = f(x)
+        out.sum().backward()
+    torch.testing.assert_close(out, (x.detach().sin() * 2).sum(-1))
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+    assert nic.counters["graph_fallbacks"] == 2  # forward and backward
+    assert "simulated compiler bug" in caplog.text
+
+
+def test_internal_compiler_error_raises_with_fallback_error(monkeypatch):
+    import neuron_inductor.lowering as lowering
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated compiler bug")
+
+    monkeypatch.setattr(lowering, "lower_graph", boom)
+    f = torch.compile(lambda t: t.sin(), backend="neuron", options={"fallback": "error"})
+    with pytest.raises(Exception, match="simulated compiler bug"):
+        f(torch.randn(3))
