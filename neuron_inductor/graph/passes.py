@@ -53,7 +53,69 @@ def common_subexpression_elimination(gm: fx.GraphModule) -> None:
             seen[k] = node
 
 
+def _draws_random(op, args, kwargs) -> bool:
+    """Whether this call consumes random numbers (a seeded op with a non-zero dropout probability)."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return True
+    if torch.Tag.nondeterministic_seeded not in op.tags:
+        return False
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name in ("dropout_p", "p"):
+            value = kwargs.get(arg.name, args[i] if i < len(args) else arg.default_value)
+            return value != 0
+    return True
+
+
+def _tuple_val(node: fx.Node, n: int | None = None) -> tuple:
+    """A tuple-valued node's fake value, from its own meta or else from its getitem users'."""
+    if "val" in node.meta:
+        return tuple(node.meta["val"])
+    items = {u.args[1]: u.meta.get("val") for u in node.users if u.target is operator.getitem}
+    return tuple(items.get(i) for i in range(n if n is not None else max(items, default=-1) + 1))
+
+
+def strip_rng_wrappers(gm: fx.GraphModule) -> None:
+    """Unwrap activation checkpointing's RNG bookkeeping around ops that draw no random numbers.
+
+    ``run_and_save_rng_state(op, ...)`` saves the generator state so the backward can replay a random
+    op with ``run_with_rng_state(state, op, ...)``. For a deterministic op (attention without
+    dropout, the common case) replaying is just calling it again, so both become plain calls; the
+    saved state, which only the replay reads, becomes a placeholder tensor of the same shape.
+    """
+    hops = torch.ops.higher_order
+    g = gm.graph
+    for node in list(g.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is getattr(hops, "run_and_save_rng_state", None):
+            op, args = node.args[0], node.args[1:]
+            if _draws_random(op, args, node.kwargs):
+                continue
+            state_val, result_val = _tuple_val(node, 2)
+            with g.inserting_before(node):
+                call = g.call_function(op, tuple(args), dict(node.kwargs))
+                call.meta["val"] = result_val
+                state = g.call_function(aten.full.default, ([1], 0),
+                                        {"dtype": state_val.dtype, "device": state_val.device})
+                state.meta["val"] = torch.empty(1, dtype=state_val.dtype, device="meta")
+            for user in list(node.users):
+                if user.target is operator.getitem:
+                    user.replace_all_uses_with(state if user.args[1] == 0 else call)
+                    g.erase_node(user)
+            g.erase_node(node)
+        elif node.target is getattr(hops, "run_with_rng_state", None):
+            op, args = node.args[1], node.args[2:]
+            if _draws_random(op, args, node.kwargs):
+                continue
+            with g.inserting_before(node):
+                call = g.call_function(op, tuple(args), dict(node.kwargs))
+                call.meta["val"] = node.meta.get("val") or _tuple_val(node)
+            node.replace_all_uses_with(call)
+            g.erase_node(node)
+
+
 PASSES: list[Callable[[fx.GraphModule], None]] = [
+    strip_rng_wrappers,
     common_subexpression_elimination,
     dead_code_elimination,
 ]

@@ -127,12 +127,15 @@ class GraphLowering:
                 inputs.append(name)
                 self.host[n] = name
                 v = val(n)
+                m = None
                 if isinstance(v, torch.Tensor):
-                    m = meta_of(v)
-                    metas.append(m)
+                    try:
+                        m = meta_of(v)
+                    except (TypeError, ValueError, RuntimeError):  # symbolic and unused (rng state)
+                        m = None
+                if m is not None:
                     self.host_meta[n] = m
-                else:
-                    metas.append(None)
+                metas.append(m)
         self.program = Program(self.name, inputs, metas)
         for n in gm.graph.nodes:
             if n.op == "get_attr":
