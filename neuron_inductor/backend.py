@@ -70,7 +70,6 @@ def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) 
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
-    from . import lowering  # noqa: F401  (registers lowerings before decompositions are chosen)
     from .graph.decompositions import decomposition_table
 
     name = f"g{_graph_count[0]}"

@@ -8,6 +8,8 @@ TensorE instead of a scatter-add.
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Callable
 
 import torch
@@ -128,21 +130,40 @@ def native_layer_norm(x: torch.Tensor, normalized_shape, weight, bias, eps: floa
     return out, mean, rstd
 
 
-def _leading_index(indices) -> torch.Tensor | None:
-    """The index tensor of ``x[idx]`` (one integer index on dim 0, nothing else), else None."""
-    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.int64, torch.int32):
+def _leading_indices(x: torch.Tensor, indices) -> list | None:
+    """The integer index tensors of ``x[i0, i1, ...]`` on leading dims (no slices, no masks)."""
+    if not indices or len(indices) > x.dim():
         return None
-    return indices[0]
+    if any(i is None or i.dtype not in (torch.int64, torch.int32) for i in indices):
+        return None
+    return list(indices)
 
 
 @_register(aten.index.Tensor)
 def index_rows(x: torch.Tensor, indices):
-    """``x[idx]`` (MoE expert-weight selection, ``weights[expert_ids]``) as a row gather."""
-    idx = _leading_index(indices)
+    """``x[i0, i1, ...]`` with integer indices on the leading dims as one row gather.
+
+    MoE expert selection (``weights[expert_ids]``) and Hugging Face's mask construction
+    (``mask[batch_idx, kv_idx]`` with broadcast index tensors) both have this shape: the indices
+    broadcast together and combine into one flat row index into ``x`` viewed as [rows, rest].
+    """
+    idx = _leading_indices(x, indices)
     if idx is None:
         return NotImplemented
-    rows = aten.index_select.default(x, 0, aten.view.default(idx, [-1]))
-    return aten.view.default(rows, list(idx.shape) + list(x.shape[1:]))
+    k = len(idx)
+    lead, rest = list(x.shape[:k]), list(x.shape[k:])
+    flat = None
+    for j, i in enumerate(idx):
+        i = aten.where.self(aten.lt.Scalar(i, 0), aten.add.Tensor(i, lead[j]), i)  # wrap negatives
+        scale = 1
+        for s in lead[j + 1:]:
+            scale *= s
+        term = aten.mul.Tensor(i, scale) if scale != 1 else i
+        flat = term if flat is None else aten.add.Tensor(flat, term)
+    out_shape = list(torch.broadcast_shapes(*[tuple(i.shape) for i in idx]))
+    rows_of = torch.ops.aten.reshape.default(x, [-1] + rest) if k > 1 else x
+    rows = aten.index_select.default(rows_of, 0, aten.view.default(flat, [-1]))
+    return aten.view.default(rows, out_shape + rest)
 
 
 @_register(aten.scatter.src)
@@ -235,8 +256,12 @@ def flash_attention_cpu_backward(grad_out, q, k, v, out, lse, dropout_p: float, 
 _CORE_FLASH = core_aten_decompositions()[aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 
+@functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
-    """Core ATen + the composites above + our own rewrites (ours win)."""
+    """Core ATen + the composites above + our own rewrites (ours win).
+
+    Built once per process (materialising torch's core table is ~0.1 s, on every compile's warm
+    path otherwise); callers must not mutate it."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     # keep ops we lower directly out of the table

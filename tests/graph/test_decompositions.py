@@ -1,0 +1,25 @@
+"""Our own decompositions turn index-heavy ATen ops into lowered ones (no eager fallback)."""
+import torch
+
+from _compare import check
+
+
+def test_broadcast_advanced_indexing_is_a_row_gather():
+    """Hugging Face's padding-mask construction: mask[batch_idx, kv_idx] with broadcast indices."""
+    torch.manual_seed(0)
+    mask = torch.rand(2, 16) > 0.3
+    b = torch.arange(2).view(2, 1, 1, 1)
+    kv = torch.arange(16).view(1, 1, 1, 16)
+    check(lambda m, b, kv: m[b, kv], mask, b, kv, fallback="error")
+
+
+def test_leading_index_with_negative_entries():
+    x = torch.randn(5, 7, 3)
+    check(lambda x, i: x[i], x, torch.tensor([[4, -1], [0, 2]]), grad=True, fallback="error")
+    check(lambda x, i, j: x[i, j] * 2, x, torch.tensor([4, -1, 0]), torch.tensor([[1], [6]]),
+          fallback="error")
+
+
+def test_decomposition_table_is_built_once():
+    from neuron_inductor.graph.decompositions import decomposition_table
+    assert decomposition_table() is decomposition_table()
