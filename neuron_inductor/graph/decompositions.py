@@ -166,6 +166,29 @@ def index_rows(x: torch.Tensor, indices):
     return aten.view.default(rows, out_shape + rest)
 
 
+@_register(aten.index_put.default)
+def index_put_accumulate(x: torch.Tensor, indices, values: torch.Tensor, accumulate: bool = False):
+    """``x.index_put_([idx], v, accumulate=True)`` on dim 0 (the backward of a row gather) as
+    ``x + onehot(idx)^T @ v``: a TensorE matmul in which duplicate rows add up, instead of a
+    read-modify-write scatter."""
+    if not accumulate or len(indices) != 1 or indices[0] is None \
+            or indices[0].dtype not in (torch.int64, torch.int32) or not x.is_floating_point():
+        return NotImplemented
+    idx = indices[0]
+    rows, rest = x.shape[0], list(x.shape[1:])
+    width = 1
+    for s in rest:
+        width *= s
+    flat = aten.view.default(idx, [-1, 1])
+    flat = aten.where.self(aten.lt.Scalar(flat, 0), aten.add.Tensor(flat, rows), flat)
+    iota = aten.arange.start_step(0, rows, 1, dtype=torch.int64, device=x.device)
+    onehot = aten._to_copy.default(aten.eq.Tensor(flat, iota), dtype=x.dtype)
+    vals = aten.expand.default(values, list(idx.shape) + rest)
+    vals = torch.ops.aten.reshape.default(vals, [-1, width])
+    upd = aten.mm.default(aten.permute.default(onehot, [1, 0]), vals)
+    return aten.add.Tensor(x, aten.view.default(upd, [rows] + rest))
+
+
 @_register(aten.scatter.src)
 def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor):
     """A few values per row along the last axis (top-k routing's backward) as compare-and-selects."""

@@ -23,3 +23,11 @@ def test_leading_index_with_negative_entries():
 def test_decomposition_table_is_built_once():
     from neuron_inductor.graph.decompositions import decomposition_table
     assert decomposition_table() is decomposition_table()
+
+
+def test_accumulating_index_put_with_duplicates():
+    """Duplicate rows must add (the backward of a row gather)."""
+    x = torch.randn(6, 4)
+    idx = torch.tensor([1, 3, 1, -1, 1])
+    v = torch.randn(5, 4)
+    check(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v, fallback="error")
