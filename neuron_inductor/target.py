@@ -42,6 +42,12 @@ class Target:
     peak_bf16_flops: float
     #: hardware has no 64-bit integer or float types
     has_64bit: bool = False
+    #: VectorE elements per cycle across all partitions (nki.md §5.2): trn1 128 (one per lane);
+    #: trn2 "256 for other dtypes" (fp32, and bf16 operations outside the perf modes)
+    vector_elems_per_cycle: int = 128
+    #: VectorE perf mode for SBUF-contiguous bf16/fp16 tensor_copy / tensor_scalar (nki.md §5.2,
+    #: trn2 "512 elems/cycle for BF16/FP16 ... 4x"); trn2 tensor_tensor bf16 "2x" equals the 256 above
+    vector_bf16_perf_elems_per_cycle: int = 128
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -92,6 +98,8 @@ TRN2 = Target(
     dma_engine_bytes_per_s=23e9,
     dma_fixed_s=1.3e-6,
     peak_bf16_flops=78.6e12,
+    vector_elems_per_cycle=256,
+    vector_bf16_perf_elems_per_cycle=512,
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, TRN2)}

@@ -83,13 +83,31 @@ def _clock(target: Target, engine: str) -> float:
             "scalar": target.scalar_clock_hz, "gpsimd": target.gpsimd_clock_hz}[engine]
 
 
-def instr_cycles(instr: Instr, ev: Evaluator) -> tuple[int, int, int]:
-    """(engine cycles, elements processed, matmul MACs) of one instruction, per the §4.1 cost column."""
+def _vector_speed(instr: Instr, target: Target | None, ev: Evaluator) -> float:
+    """VectorE elements per lane per cycle: the §4.1 cycle counts assume one (128 per cycle, as
+    NeuronCore-v2); trn2 processes 256 per cycle, and 512 in the bf16 perf mode of SBUF-contiguous
+    tensor_copy / tensor_scalar (nki.md §5.2). Rates come from the ``Target``."""
+    if target is None or instr.engine != "vector":
+        return 1.0
+    speed = target.vector_elems_per_cycle / target.partitions
+    tiles = _tiles(instr) + [instr.dst]
+    if instr.op in ("tensor_copy", "tensor_scalar") \
+            and all(t.dtype in ("bfloat16", "float16") and t.memory == "sbuf" for t in tiles) \
+            and all(_sbuf_run(t, ev) == _free(t, ev)[1] for t in tiles):
+        speed = target.vector_bf16_perf_elems_per_cycle / target.partitions
+    return max(1.0, speed)
+
+
+def instr_cycles(instr: Instr, ev: Evaluator, target: Target | None = None) -> tuple[int, int, int]:
+    """(engine cycles, elements processed, matmul MACs) of one instruction, per the §4.1 cost column
+    (VectorE element terms scaled by the target's documented rate, see ``_vector_speed``)."""
     op = instr.op
     parts, n_dst = _free(instr.dst, ev)
     srcs = _tiles(instr)
     n_src = max([_free(s, ev)[1] for s in srcs] or [n_dst])
     n = max(n_dst, n_src)
+    # fixed costs (MIN_II, access overhead) stay; only the element term follows the engine's rate
+    nv = n if op == "nc_transpose" else math.ceil(n / _vector_speed(instr, target, ev))
     if op == "nc_matmul" and isinstance(instr.srcs.get("stationary"), TileRegion) \
             and isinstance(instr.srcs.get("moving"), TileRegion):
         stat, mov = instr.srcs["stationary"], instr.srcs["moving"]
@@ -112,32 +130,32 @@ def instr_cycles(instr: Instr, ev: Evaluator) -> tuple[int, int, int]:
         return GPSIMD_START + n, elems, 0
     if op == "activation":
         extra = MIN_II if instr.attrs.get("reduce_op") or instr.srcs.get("reduce_res") is not None else 0
-        return max(MIN_II, n) + extra + ACCESS_OVERHEAD, elems, 0
+        return max(MIN_II, nv) + extra + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_tensor":
         ins = srcs[:2] or [instr.dst]
         mems = {t.memory for t in ins}
         all_bf16 = all(t.dtype == "bfloat16" for t in ins + [instr.dst]) and mems == {"sbuf"}
         one_pass = mems == {"sbuf", "psum"} or (all_bf16 and instr.attrs.get("op") in _FAST_BF16_OPS)
-        cyc = n if one_pass else 2 * n
+        cyc = nv if one_pass else 2 * nv
         return max(MIN_II, cyc) + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_reduce":
         data = instr.srcs.get("data", instr.dst)
         half = (getattr(data, "dtype", None) == instr.dst.dtype == "bfloat16"
                 and instr.attrs.get("op") in ("add", "maximum"))
-        return (n // 2 if half else n) + ACCESS_OVERHEAD, elems, 0
+        return (nv // 2 if half else nv) + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_copy_predicated":
         mems = {instr.dst.memory} | {s.memory for s in srcs}
-        cyc = n if mems == {"sbuf", "psum"} else 2 * n
+        cyc = nv if mems == {"sbuf", "psum"} else 2 * nv
         return cyc + ACCESS_OVERHEAD, elems, 0
     if op == "memset":
         zero_half = instr.dst.dtype in ("bfloat16", "float16") and instr.srcs.get("value", instr.attrs.get("value")) in (0, 0.0)
-        return max(MIN_II, n // 2 if zero_half else n) + ACCESS_OVERHEAD, elems, 0
+        return max(MIN_II, nv // 2 if zero_half else nv) + ACCESS_OVERHEAD, elems, 0
     # tensor_scalar, tensor_copy and the rest: max(MIN_II, N)
-    return max(MIN_II, n) + ACCESS_OVERHEAD, elems, 0
+    return max(MIN_II, nv) + ACCESS_OVERHEAD, elems, 0
 
 
 def instr_cost(instr: Instr, target: Target, ev: Evaluator) -> Cost:
-    cycles, elems, macs = instr_cycles(instr, ev)
+    cycles, elems, macs = instr_cycles(instr, ev, target)
     seconds = cycles / _clock(target, instr.engine)
     return Cost(latency=seconds, busy={instr.engine: seconds},
                 flops=2.0 * macs + elems, matmul_flops=2.0 * macs)
