@@ -6,13 +6,17 @@ clear semantics, instead of a score matrix materialised between a dozen ops. Cas
 not take (dropout, head dim > 128, GQA, very long sequences) are decomposed to math by
 ``graph/decompositions.py`` before we ever see them, so nothing becomes an eager fallback.
 
-Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two
-PSUM banks of 128 x 512 fp32 scores); each step: QK^T on TensorE, masks added while leaving PSUM,
-row max (VectorE), P = exp(scale*s - scale*m) with its row sums in one ScalarE pass (bf16 P for bf16
-inputs), P transposed in 128x128 blocks on TensorE, P^T V accumulated in PSUM, and the running max /
-sum / output rescaled between steps (online softmax, fp32). Scores never leave the chip. Causal: key
-blocks right of the diagonal are never computed (trace-time skip); the diagonal block gets an
-iota-made triangular bias. The output is divided by the row sum once at the end.
+Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (PSUM banks
+of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -BIG upper
+triangle added by an identity matmul into the same PSUM group, no VectorE pass; other masks added while
+leaving PSUM), row max straight from PSUM (VectorE), P = exp(scale*s - scale*m) in the matmul dtype
+(ScalarE, scale folded into the activation), P^T in 128x128 blocks on TensorE written into the score
+banks just consumed, evicted, and P [V | 1] accumulated in PSUM: a ones column of V yields the row
+sums, so no activation reduce is needed. Across steps the output and sums are rescaled in fp32 SBUF
+(online softmax) and divided by the row sum once at the end (FA-2). Scores never leave the chip;
+causal key blocks right of the diagonal are never computed. Each query tile's three passes over its
+scores (max, exp, P^T eviction) are all VectorE/ScalarE work: evictions go to whichever of the two has
+less work so far, priced by the cost model, and four query tiles are in flight (own PSUM banks).
 
 Backward (FA-2, nki.md §6.7), per (batch, head), per 128-key tile (dK, dV accumulated in PSUM over the
 query tiles): S recomputed, P = exp(scale*s - lse) straight from the saved logsumexp, dV += P^T dO,
@@ -28,7 +32,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from ..ir import HBMAccess, HBMTensor, TensorMeta, Tile, TileRegion
+from ..costmodel.instrs import instr_cost, make_evaluator
+from ..ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
 from .registry import register_kernel
@@ -36,7 +41,11 @@ from .registry import register_kernel
 aten = torch.ops.aten
 PMAX = 128
 NMAX = 512
-#: keys per online-softmax step of the forward: two PSUM banks of fp32 scores
+#: 128-key blocks per PSUM bank of fp32 scores
+BLOCKS_PER_BANK = NMAX // PMAX
+#: keys per online-softmax step of the forward: two PSUM banks of fp32 scores, reused for P^T and the
+#: output once consumed, so four query tiles fit PSUM at once (measured by the cost model at Llama
+#: shape: 2048-key steps with two tiles in flight were latency bound, 2.36x vs 1.66x of roofline)
 KEY_STEP = 1024
 #: a masked score: finite, so "masked - max" never makes a NaN (exp underflows to 0 instead)
 BIG = 1.0e30
@@ -44,7 +53,8 @@ FLASH_FWD = aten._scaled_dot_product_flash_attention_for_cpu.default
 FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 #: longest sequence the kernels keep per-head operands for in SBUF (longer ones are decomposed)
 MAX_SEQ = 8192
-FWD_SETS = 1
+#: query tiles in flight (each holds its own PSUM banks and SBUF tiles)
+FWD_SETS = 4
 
 
 def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
@@ -180,6 +190,35 @@ def _load_T(kb: KernelBuilder, ctx: _Ctx, dst: TileRegion, stage: Tile, tp: Tile
 
 
 # ------------------------------------------------------------------------------------ forward
+class _Balance:
+    """VectorE / ScalarE work of the forward, priced by the cost model as it is emitted, so each
+    PSUM eviction (which either engine can do) goes to the one with less work so far: the forward's
+    three passes over every score (row max, exp, P^T eviction) are shared between exactly these two."""
+
+    def __init__(self, kb: KernelBuilder) -> None:
+        self.kb = kb
+        self.load = {"vector": 0.0, "scalar": 0.0}
+
+    def instr(self, engine: str, opcode: str, dst: TileRegion, srcs: dict, **attrs) -> None:
+        ins = Instr(engine, opcode, dst, dict(srcs), dict(attrs))
+        self.kb.add(ins)
+        if engine in self.load:
+            self.load[engine] += instr_cost(ins, self.kb.target, make_evaluator({})).latency
+
+    def either(self) -> str:
+        return min(self.load, key=self.load.get)
+
+    def copy(self, dst: TileRegion, src: TileRegion) -> None:
+        self.instr(self.either(), "tensor_copy", dst, {"src": src})
+
+    def scale_rows(self, dst: TileRegion, src: TileRegion, factor: TileRegion) -> None:
+        """dst = src * factor (a [P, 1] column) on the less busy engine."""
+        if self.either() == "scalar":
+            self.instr("scalar", "activation", dst, {"data": src, "scale": factor}, op="copy")
+        else:
+            self.instr("vector", "tensor_scalar", dst, {"data": src, "operand0": factor}, op0="multiply")
+
+
 @register_kernel(FLASH_FWD)
 def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
                     cfg) -> None:
@@ -201,133 +240,165 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     lse = _out(*res[1]) if 1 in res else None
     out_dt = res[0][0].dtype if 0 in res else "float32"
     dt = hw_dtype(sources[qn].base_dtype)           # matmul operands: the inputs' own precision
-    esz = 4 if dt == "float32" else 2
-    pt_w = kb.target.psum_bank_bytes // esz          # P^T columns per PSUM bank
     nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    nsets = FWD_SETS if (ceil_div(KEY_STEP, NMAX) + ceil_div(KEY_STEP, pt_w) + 1) * FWD_SETS <= kb.target.psum_banks else 1
+    step = min(KEY_STEP, nk * PMAX)
+    nb = ceil_div(step, NMAX)                        # PSUM banks of scores per set
+    nsets = max(1, min(FWD_SETS, kb.target.psum_banks // nb))
+    tri = ctx.causal and ctx.mask is None            # causal alone: the mask is a matmul into PSUM
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
-               f"steps of {KEY_STEP} (scores in PSUM banks of {NMAX}), online softmax in fp32 SBUF, "
-               f"P^T on TensorE; {'causal blocks skipped; ' if ctx.causal else ''}"
-               f"{nsets} rotating tile set(s)")
+               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for P^T and the output), "
+               f"{nsets} query tile(s) in flight; row sums from a ones column of V, 1/rowsum at the end; "
+               f"{'causal blocks skipped, diagonal mask added on TensorE; ' if ctx.causal else ''}"
+               f"evictions balanced between VectorE and ScalarE")
+    bal = _Balance(kb)
+    ident = trim = None
+    if tri:   # identity and the strict upper triangle (-BIG where key > query), built once
+        ident = kb.tile((PMAX, PMAX), dt, prefix="ident")
+        trim = kb.tile((PMAX, PMAX), dt, prefix="tri")
+        kb.instr("gpsimd", "iota", ident.region(PMAX, PMAX), {}, pattern=[[1, PMAX]], offset=0,
+                 channel_multiplier=-1)
+        kb.instr("gpsimd", "tensor_scalar", trim.region(PMAX, PMAX),
+                 {"data": ident.region(PMAX, PMAX), "operand0": 0, "operand1": -BIG}, op0="greater", op1="multiply")
+        kb.instr("gpsimd", "tensor_scalar", ident.region(PMAX, PMAX),
+                 {"data": ident.region(PMAX, PMAX), "operand0": 0}, op0="equal")
     with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
-        sets = []
-        for _ in range(nsets):
-            sets.append(dict(
-                s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(ceil_div(KEY_STEP, NMAX))],
-                pt=[kb.tile((PMAX, pt_w), dt, "psum", prefix="pt_ps") for _ in range(ceil_div(KEY_STEP, pt_w))],
-                o=kb.tile((PMAX, D), "float32", "psum", prefix="o_ps"),
-                p=kb.tile((PMAX, KEY_STEP), dt, prefix="p"),
-                pts=kb.tile((PMAX, pt_w), dt, prefix="pt"),
-                ssb=kb.tile((PMAX, NMAX), "float32", prefix="s_sb"),
-                bias=kb.tile((PMAX, NMAX), "float32", prefix="bias"),
-                tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
-                qs=kb.tile((PMAX, D), dt, prefix="q_rows"),
-                qT=kb.tile((PMAX, PMAX), dt, prefix="qT"),
-                st=kb.tile((PMAX, 16), "float32", prefix="stats"),
-                osb=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
-            ))
-        # K^T [D, Sk] and V rows [128, nk x D] of this head, loaded once
-        kT = kb.tile((PMAX, nk * PMAX), dt, prefix="kT")
-        vr = kb.tile((PMAX, nk * D), dt, prefix="v_rows")
-        kst = kb.tile((PMAX, D), dt, prefix="k_rows")
-        for j in range(nk):
-            cols = min(PMAX, Sk - PMAX * j)
-            _load_T(kb, ctx, TileRegion(kT, (0, PMAX * j), (D, cols)), kst, sets[j % nsets]["pt"][0],
-                    k.rows(b, h, PMAX * j, cols, D), cols, D)
-            kb.dma(TileRegion(vr, (0, D * j), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
+        sets = [dict(
+            s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
+            p=kb.tile((PMAX, step), dt, prefix="p"),
+            pts=[kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nb)],
+            ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
+            bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
+            tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
+            qs=kb.tile((PMAX, D), dt, prefix="q_rows"),
+            qT=kb.tile((PMAX, PMAX), dt, prefix="qT"),
+            st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
+            osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
+            oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
+        ) for _ in range(nsets)]
+        # K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one tile
+        # each, so a query tile waits only for the groups it reads); V carries a ones column, so P [V | 1]
+        # also yields the row sums
+        per = BLOCKS_PER_BANK
+        kT, vr = [], []
+        for g in range(ceil_div(nk, per)):
+            ps = sets[g % nsets]["s"][(g // nsets) % nb]
+            stage = kb.tile((PMAX, per * D), dt, prefix="k_rows")
+            kT.append(kb.tile((PMAX, NMAX), dt, prefix="kT"))
+            vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
+            kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
+            w = 0
+            for j in range(g * per, min(nk, (g + 1) * per)):
+                cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
+                sr = TileRegion(stage, (0, D * jj), (cols, D))
+                kb.dma(sr, k.rows(b, h, PMAX * j, cols, D))
+                kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * jj), (D, cols)), {"data": sr})
+                kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
+                w = PMAX * jj + cols
+            bal.copy(kT[-1].region(D, w), TileRegion(ps, (0, 0), (D, w)))
         for i in range(nq):
-            _fwd_qtile(kb, ctx, sets[i % nsets], q, out, lse, kT, vr, b, h, i, Sq, Sk, D, dt, pt_w)
+            _fwd_qtile(kb, ctx, bal, sets[i % nsets], q, out, lse, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step)
 
 
-def _fwd_qtile(kb, ctx, ts, q, out, lse, kT, vr, b, h, i, Sq, Sk, D, dt, pt_w) -> None:
+def _fwd_qtile(kb, ctx, bal, ts, q, out, lse, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
+    """One 128-query tile: per key step, S = Q K^T into the set's PSUM banks (causal diagonal block
+    masked by a matmul accumulating -BIG above the diagonal), row max straight from PSUM (VectorE),
+    P = exp(scale * s - scale * m) in the matmul dtype (ScalarE), P^T by TensorE into the same banks,
+    evicted, and P [V | 1] accumulated in the first bank; the output and row sum are rescaled across
+    steps in SBUF (fp32) and divided once at the end."""
     rows = min(PMAX, Sq - PMAX * i)
     q0 = PMAX * i
     scale = ctx.scale
     qT = TileRegion(ts["qT"], (0, 0), (D, rows))
-    _load_T(kb, ctx, qT, ts["qs"], ts["pt"][0], q.rows(b, h, q0, rows, D), rows, D)
+    sr = ts["qs"].region(rows, D)
+    kb.dma(sr, q.rows(b, h, q0, rows, D))
+    tp = TileRegion(ts["s"][-1], (0, 0), (D, rows))
+    kb.instr("tensor", "nc_transpose", tp, {"data": sr})
+    bal.copy(qT, tp)
     kend = min(Sk, q0 + rows) if ctx.causal else Sk   # causal: key k <= query q (top-left aligned)
     st = ts["st"]
 
     def col(c: int) -> TileRegion:
         return TileRegion(st, (0, c), (rows, 1))
-    # stats columns: 0,1 running max (ping-pong), 2 -scale*m, 3 l, 4 alpha, 5 step sum, 6.. per-bank
+    # stats columns: 0,1 running max (ping-pong), 2 -scale*m, 3 l, 4 alpha / 1/l, 5 lse, 8.. per-bank max
     M = [col(0), col(1)]
     NEGM, L, ALPHA, RS = col(2), col(3), col(4), col(5)
-    o = ts["o"].region(rows, D)
-    steps = list(range(0, kend, KEY_STEP))
+    o_ps = TileRegion(ts["s"][0], (0, 0), (rows, D + 1))
+    o_sb = ts["osb"].region(rows, D + 1)
+    steps = list(range(0, kend, step))
     for si, k0 in enumerate(steps):
-        kw = min(KEY_STEP, kend - k0)
-        nb = ceil_div(kw, NMAX)
-        parts = TileRegion(st, (0, 6), (rows, nb))
-        sums = TileRegion(st, (0, 6 + nb), (rows, nb))
+        kw = min(step, kend - k0)
+        nbk = ceil_div(kw, NMAX)
         srcs = []
-        for bi in range(nb):
+        for bi in range(nbk):
             c0 = k0 + NMAX * bi
             cw = min(NMAX, k0 + kw - c0)
             sp = ts["s"][bi].region(rows, cw)
             kb.instr("tensor", "nc_matmul", sp, {"stationary": qT,
-                                                  "moving": TileRegion(kT, (0, c0), (D, cw))},
+                                                  "moving": TileRegion(kT[c0 // NMAX], (0, c0 % NMAX), (D, cw))},
                      accumulate=False)
-            if ctx.needs_mask(q0, rows, c0, cw):
+            if trim is not None and c0 + cw - 1 > q0:   # the diagonal block [q0, q0 + dw) of this bank
+                dw = c0 + cw - q0
+                kb.instr("tensor", "nc_matmul", TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)),
+                         {"stationary": ident.region(rows, rows), "moving": trim.region(rows, dw)}, accumulate=True)
+            elif ctx.needs_mask(q0, rows, c0, cw):
                 bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, c0, cw)
-                s_sb = ts["ssb"].region(rows, cw)
-                kb.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
+                s_sb = ts["ssb"][bi].region(rows, cw)
+                bal.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
                 sp = s_sb
             srcs.append((sp, c0, cw))
-            kb.instr("vector", "tensor_reduce", TileRegion(st, (0, 6 + bi), (rows, 1)), {"data": sp},
-                     op="maximum", axis=(1,), keepdims=True)
+            bal.instr("vector", "tensor_reduce", M[si % 2] if nbk == 1 else col(8 + bi), {"data": sp},
+                      op="maximum", axis=(1,), keepdims=True)
         m_new, m_old = M[si % 2], M[(si + 1) % 2]
-        kb.instr("vector", "tensor_reduce", m_new, {"data": parts}, op="maximum", axis=(1,), keepdims=True)
+        if nbk > 1:
+            bal.instr("vector", "tensor_reduce", m_new, {"data": TileRegion(st, (0, 8), (rows, nbk))},
+                      op="maximum", axis=(1,), keepdims=True)
         if si:
             kb.instr("gpsimd", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
         kb.instr("gpsimd", "tensor_scalar", NEGM, {"data": m_new, "operand0": -scale}, op0="multiply")
         if si:   # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
-            kb.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
+            bal.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
-            kb.instr("scalar", "activation", TileRegion(ts["p"], (0, NMAX * bi), (rows, cw)),
-                     {"data": sp, "bias": NEGM, "reduce_res": TileRegion(st, (0, 6 + nb + bi), (rows, 1))},
-                     op="exp", scale=scale, reduce_op="add")
-        if si == 0:
-            kb.instr("vector", "tensor_reduce", L, {"data": sums}, op="add", axis=(1,), keepdims=True)
-        else:
-            kb.instr("vector", "tensor_reduce", RS, {"data": sums}, op="add", axis=(1,), keepdims=True)
-            kb.instr("gpsimd", "tensor_scalar", L, {"data": L, "operand0": ALPHA, "operand1": RS},
-                     op0="multiply", op1="add")
-            kb.instr("vector", "tensor_scalar", o, {"data": o, "operand0": ALPHA}, op0="multiply")
-        # P^T in 128-key blocks (TensorE), then P^T V accumulated into o
-        nblk = ceil_div(kw, PMAX)
-        per = pt_w // PMAX
-        for c in range(ceil_div(nblk, per)):
-            blks = range(c * per, min(nblk, (c + 1) * per))
-            ptp = ts["pt"][c % len(ts["pt"])]
-            for t in blks:
-                kc = min(PMAX, kw - PMAX * t)
-                kb.instr("tensor", "nc_transpose", TileRegion(ptp, (0, PMAX * (t - c * per)), (kc, rows)),
-                         {"data": TileRegion(ts["p"], (0, PMAX * t), (rows, kc))})
-            full = [t for t in blks if kw - PMAX * t >= PMAX]
-            if full and rows == PMAX:   # whole 128x128 blocks side by side: one eviction
-                w = PMAX * len(full)
-                ctx.evict(ts["pts"].region(PMAX, w), ptp.region(PMAX, w))
-            for t in blks:
-                kc = min(PMAX, kw - PMAX * t)
-                if kc < PMAX or rows < PMAX:
-                    ctx.evict(TileRegion(ts["pts"], (0, PMAX * (t - c * per)), (kc, rows)),
-                              TileRegion(ptp, (0, PMAX * (t - c * per)), (kc, rows)))
-            for t in blks:
-                kc = min(PMAX, kw - PMAX * t)
-                kg = (k0 + PMAX * t) // PMAX
-                first = si == 0 and t == 0
-                kb.instr("tensor", "nc_matmul", o,
-                         {"stationary": TileRegion(ts["pts"], (0, PMAX * (t - c * per)), (kc, rows)),
-                          "moving": TileRegion(vr, (0, D * kg), (kc, D))}, accumulate=not first)
+            pr = TileRegion(ts["p"], (0, NMAX * bi), (rows, cw))
+            bal.instr("scalar", "activation", pr, {"data": sp, "bias": NEGM}, op="exp", scale=scale)
+            # P^T in 128-key blocks (TensorE) into this bank (its scores are consumed), evicted at once
+            ps, pt = ts["s"][bi], ts["pts"][bi]
+            nblk = ceil_div(cw, PMAX)
+            for t in range(nblk):
+                kc = min(PMAX, cw - PMAX * t)
+                kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * t), (kc, rows)),
+                         {"data": TileRegion(ts["p"], (0, NMAX * bi + PMAX * t), (rows, kc))})
+            if rows == PMAX and cw % PMAX == 0:
+                bal.copy(pt.region(PMAX, cw), ps.region(PMAX, cw))
+            else:
+                for t in range(nblk):
+                    kc = min(PMAX, cw - PMAX * t)
+                    bal.copy(TileRegion(pt, (0, PMAX * t), (kc, rows)), TileRegion(ps, (0, PMAX * t), (kc, rows)))
+            for t in range(nblk):
+                kc = min(PMAX, cw - PMAX * t)
+                kg = (c0 + PMAX * t) // PMAX
+                kb.instr("tensor", "nc_matmul", o_ps,
+                         {"stationary": TileRegion(pt, (0, PMAX * t), (kc, rows)),
+                          "moving": TileRegion(vr[kg // BLOCKS_PER_BANK], (0, (D + 1) * (kg % BLOCKS_PER_BANK)),
+                                               (kc, D + 1))}, accumulate=not (bi == 0 and t == 0))
+        if len(steps) > 1:   # o_sb = alpha * o_sb + P [V | 1] of this step (PSUM is reused next step)
+            if si == 0:
+                bal.copy(o_sb, o_ps)
+            else:
+                kb.instr("gpsimd", "tensor_scalar", o_sb, {"data": o_sb, "operand0": ALPHA}, op0="multiply")
+                bal.instr("vector", "tensor_tensor", o_sb, {"data1": o_sb, "data2": o_ps}, op="add")
+    acc = o_sb if len(steps) > 1 else o_ps
     m_fin = M[(len(steps) - 1) % 2]
+    if acc.memory == "psum":
+        bal.copy(L, TileRegion(acc.tile, (0, D), (rows, 1)))
+    else:
+        L = TileRegion(acc.tile, (0, D), (rows, 1))
     if out is not None:
         kb.instr("gpsimd", "tensor_scalar", ALPHA, {"data": L, "operand0": 1.0}, op0="divide", reverse0=True)
-        osb = ts["osb"].region(rows, D)
-        kb.instr("vector", "tensor_scalar", osb, {"data": o, "operand0": ALPHA}, op0="multiply")
+        osb = ts["oout"].region(rows, D)
+        bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), ALPHA)
         kb.dma(out.rows(b, h, q0, rows, D), osb)
     if lse is not None:   # lse = scale * m + ln(l)
-        kb.instr("scalar", "activation", RS, {"data": L}, op="log", scale=1.0)
+        bal.instr("scalar", "activation", RS, {"data": L}, op="log", scale=1.0)
         kb.instr("gpsimd", "tensor_scalar", RS, {"data": m_fin, "operand0": scale, "operand1": RS},
                  op0="multiply", op1="add")
         kb.dma(HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + q0 * lse.st[2],

@@ -118,9 +118,10 @@ def _lowered(seq: int, causal: bool, target: str):
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_modelled_time_vs_roofline(causal):
     """Llama-7B attention (32 heads x 2048 x 128, bf16, trn2): useful matmul FLOPs (the attended
-    pairs only) over the modelled time. The backward is within 2x of its roofline; the forward is
-    not yet (its three score passes — row max on VectorE, exp on ScalarE, the P^T eviction — cost
-    more than its two matmuls at head dim 128); its bound guards against regressions."""
+    pairs only) over the modelled time. The backward and the full forward are within 2x of their
+    roofline. The causal forward is not yet: moving Q, K, V and O in 256-byte rows (one per partition
+    per descriptor) runs the DMA engines at ~20% efficiency, about 2.1x its halved roofline by itself,
+    and its VectorE/ScalarE passes are ~2x; its bound guards against regressions."""
     target = get_target("trn2")
     fk, bk = _lowered(2048, causal, "trn2")
     assert len(fk) == len(bk) == 1
@@ -129,4 +130,4 @@ def test_flash_modelled_time_vs_roofline(causal):
     fwd = estimate_program(fk, target).seconds / (2 * per / target.peak_bf16_flops)
     bwd = estimate_program(bk, target).seconds / (5 * per / target.peak_bf16_flops)
     assert bwd <= 2.0, bwd
-    assert fwd <= (5.0 if causal else 3.5), fwd
+    assert fwd <= (2.6 if causal else 2.0), fwd
