@@ -3,10 +3,18 @@
 Greedy, in topological order (like Inductor's scheduler, much smaller): a pointwise or reduction node
 joins the group of one of its producers when (1) the group DAG stays acyclic (checked with networkx),
 (2) the node lives in the group's iteration domain (same number of elements, or the reduced shape
-after a reduction), and (3) the producer's value reaches it without a reordering view. A matmul group
+after a reduction), and (3) the producer's value reaches it without a reordering view (a broadcast
+``expand`` of a group value is fine: it is the same tile read along the broadcast axis). A matmul group
 absorbs pointwise consumers of its output (the epilogue). Everything else is a group of its own:
-other kernels (embedding, concatenation...) and declared fallbacks. Lowering checks each group and
-splits it if it does not fit the hardware, so fusion may be optimistic.
+other kernels (embedding, concatenation...) and declared fallbacks.
+
+Every extra group boundary costs an HBM round trip, so groups also *merge*: when a node's producers
+sit in several fused groups they are folded into one, and after the greedy pass fused groups reading
+the same tensor are folded together (each byte read once). A group holds at most two reduction axis
+sets: ``reduce_axes`` (reduced along the free axis, per row) and ``col_axes`` (summed over the
+partition axis across row tiles: a norm's weight gradient next to its row statistics); values after
+a column sum may only be column-shaped. Lowering checks each group and, if a merged group does not fit
+the hardware, lowers the groups it was merged from (``unmerge``), so fusion may be optimistic.
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from ..lowering.fused import FusedGroup, reduce_dims
+from ..lowering.fused import FusedGroup, col_pair as _col_pair, last_axis as _last_axis, reduce_dims
 from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, op_kind
 from ..ir import TensorMeta
@@ -32,6 +40,8 @@ class Group(FusedGroup):
 
     reason: str = ""
     members: set = field(default_factory=set)
+    #: groups folded into this one, kept as they were so lowering can fall back to them
+    parts: list = field(default_factory=list)
 
 
 def val(n: fx.Node):
@@ -73,6 +83,85 @@ def _fits(shape, domain) -> bool:
         domain_strides(_contig_meta(shape), list(domain)) is not None
 
 
+EXPAND = aten.expand.default
+
+
+def _through(a: fx.Node, fused: bool) -> bool:
+    """Views a group computes through: order-preserving ones, and (fused groups) broadcasts."""
+    return a.op == "call_function" and (a.target in ORDER_PRESERVING_VIEWS or (fused and a.target is EXPAND))
+
+
+def _reduced_shapes(domain, axes) -> list[list[int]]:
+    kept = [s for i, s in enumerate(domain) if i not in axes]
+    keep1 = [1 if i in axes else s for i, s in enumerate(domain)]
+    return [kept, keep1]
+
+
+def _is_sum(n: fx.Node) -> bool:
+    """A float sum (or mean): what TensorE can add over partitions."""
+    return REDUCTIONS[n.target][0] == "add" and val(n).dtype.is_floating_point
+
+
+def _escapes(members: set, m: fx.Node) -> bool:
+    if m.target is aten.copy_.default:  # its effect is the write, even with no users
+        return True
+    for u in m.users:
+        if u.op == "output" or u not in members:
+            return True
+        if u.target in ORDER_PRESERVING_VIEWS and _escapes(members, u):
+            return True
+    return False
+
+
+def group_outputs(g: "Group") -> list[fx.Node]:
+    outs = []
+    for m in g.nodes:
+        if m.target in VIEWS:
+            continue
+        if m.target.__name__ == "getitem":
+            # a multi-output kernel (flash attention: out, logsumexp) hands out each result
+            # through its getitem; fused groups compute through them instead
+            if g.kind == "kernel" and _escapes(g.members, m):
+                outs.append(m)
+            continue
+        if _escapes(g.members, m):
+            outs.append(m)
+    return outs
+
+
+def unmerge(g: "Group") -> list["Group"]:
+    """The groups ``g`` was merged from, in dependency order, with their own outputs; ``[g]`` if it
+    was never merged. Lowering uses them when the merged group does not fit the hardware."""
+    if not g.parts:
+        return [g]
+    taken = {n for p in g.parts for n in p.nodes}
+    own = Group([n for n in g.nodes if n not in taken], [], g.domain, kind=g.kind)
+    own.reduce_axes, own.col_axes = _axes_of(own.nodes, g.domain)
+    parts = [p for p in [own] + list(g.parts) if p.nodes]
+    for p in parts:
+        p.members = set(p.nodes)
+        p.outputs = group_outputs(p)
+    where = {n: i for i, p in enumerate(parts) for n in p.nodes}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(parts)))
+    for i, p in enumerate(parts):
+        for n in p.nodes:
+            for a in n.all_input_nodes:
+                j = where.get(view_root(a), where.get(a))
+                if j is not None and j != i:
+                    dag.add_edge(j, i)
+    return [parts[i] for i in nx.topological_sort(dag)]
+
+
+def _axes_of(nodes, domain) -> tuple[frozenset, frozenset]:
+    """(row, column) reduction axis sets of a node list (a part being lowered on its own)."""
+    sets = list(dict.fromkeys(frozenset(reduce_dims(n)[0]) for n in nodes if n.target in REDUCTIONS))
+    if len(sets) < 2:
+        return (sets[0] if sets else frozenset()), frozenset()
+    a, b = sets[:2]
+    return (a, b) if _last_axis(domain) in a else (b, a)
+
+
 class Partitioner:
     def __init__(self, gm: fx.GraphModule, fusion: bool = True) -> None:
         self.gm = gm
@@ -100,7 +189,7 @@ class Partitioner:
         # absorb order-preserving views between the group and n
         for a in n.all_input_nodes:
             chain = []
-            while a.op == "call_function" and a.target in ORDER_PRESERVING_VIEWS and a not in g.members:
+            while _through(a, g.kind == "fused") and a not in g.members:
                 chain.append(a)
                 a = a.args[0]
             if a in g.members:
@@ -122,11 +211,30 @@ class Partitioner:
     def _reaches_in_order(self, g: Group, a: fx.Node) -> bool:
         """``a`` is a member of g, or reaches one through order-preserving views only."""
         while a not in g.members:
-            if a.op == "call_function" and a.target in ORDER_PRESERVING_VIEWS:
+            if _through(a, g.kind == "fused"):
                 a = a.args[0]
             else:
                 return False
         return True
+
+    def _member_inputs(self, g: Group, n: fx.Node) -> list[fx.Node]:
+        """Members of ``g`` that ``n`` reads (through the views the group computes through)."""
+        out = []
+        for a in n.all_input_nodes:
+            while a not in g.members and _through(a, g.kind == "fused"):
+                a = a.args[0]
+            if a in g.members:
+                out.append(a)
+        return out
+
+    def _after(self, g: Group, n: fx.Node, axes: frozenset, memo: dict) -> bool:
+        """``n`` (a member or candidate) reads, transitively within g, a reduction over ``axes``."""
+        if n in memo:
+            return memo[n]
+        memo[n] = False
+        memo[n] = any((a.target in REDUCTIONS and frozenset(reduce_dims(a)[0]) == axes)
+                      or self._after(g, a, axes, memo) for a in self._member_inputs(g, n))
+        return memo[n]
 
     def _compatible(self, g: Group, n: fx.Node) -> bool:
         shape = list(val(n).shape)
@@ -134,21 +242,46 @@ class Partitioner:
             return n.target not in REDUCTIONS and _fits(shape, g.domain)
         if g.kind != "fused":
             return False
+        col = g.col_axes
+        after_col = bool(col) and self._after(g, n, col, {})
         if n.target in REDUCTIONS:
             src = list(val(n.args[0]).shape)
-            dims, _ = reduce_dims(n)
-            if not g.reduce_axes:
-                if list(g.domain) != src or not dims:
-                    return False
-                g.reduce_axes = frozenset(dims)
+            dims = frozenset(reduce_dims(n)[0])
+            if list(g.domain) != src or not dims or after_col:
+                return False
+            if dims == g.reduce_axes:
                 return True
-            return list(g.domain) == src and frozenset(dims) == g.reduce_axes
+            if dims == col:
+                return _is_sum(n)
+            if not g.reduce_axes and not col:
+                g.reduce_axes = dims
+                return True
+            if col or not _col_pair(g.domain, *((dims, g.reduce_axes) if _last_axis(g.domain) in dims
+                                                 else (g.reduce_axes, dims))):
+                return False
+            if _last_axis(g.domain) in dims:
+                # the group's reductions so far become the column sums: all sums, nothing read them
+                olds = [m for m in g.nodes if m.target in REDUCTIONS]
+                if not all(_is_sum(m) for m in olds) or \
+                        any(m in g.members and any(x in olds for x in self._member_inputs(g, m))
+                            for m in g.nodes):
+                    return False
+                g.reduce_axes, g.col_axes = dims, g.reduce_axes
+                return True
+            if not _is_sum(n):
+                return False
+            g.col_axes = dims
+            return True
+        if after_col:
+            # values after a column sum live after the row-tile loop: column vectors, from column
+            # values and leaves only
+            return shape in _reduced_shapes(g.domain, col) and \
+                all(self._after(g, a, col, {}) or (a.target in REDUCTIONS and frozenset(
+                    reduce_dims(a)[0]) == col) for a in self._member_inputs(g, n))
         if _fits(shape, g.domain):
             return True
-        if g.reduce_axes:
-            kept = [s for i, s in enumerate(g.domain) if i not in g.reduce_axes]
-            keep1 = [1 if i in g.reduce_axes else s for i, s in enumerate(g.domain)]
-            return shape in (kept, keep1)
+        if g.reduce_axes and shape in _reduced_shapes(g.domain, g.reduce_axes):
+            return True
         return False
 
     def run(self) -> list[Group]:
@@ -187,6 +320,8 @@ class Partitioner:
                 self._new("fused", n, domain=tuple(val(n.args[0]).shape), reduce_axes=dims)
             else:
                 self._new("fused", n, domain=tuple(val(n).shape))
+        if self.fusion:
+            self._merge_siblings()
         self._outputs()
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         for g in self.groups:
@@ -216,44 +351,81 @@ class Partitioner:
             if g is not None and g not in cands and g.kind in ("fused", "matmul") \
                     and self._reaches_in_order(g, a):
                 cands.append(g)
+        fused = [g for g in cands if g.kind == "fused"]
+        if len(fused) > 1 and not readers:
+            # producers in several fused groups: fold them into the largest, so n reads no value
+            # back from HBM
+            host = max(fused, key=lambda g: (math.prod(g.domain), bool(g.reduce_axes)))
+            for g in fused:
+                if g is not host and self._merge(host, g):
+                    cands.remove(g)
         for g in reversed(cands):
             if g in readers or any(nx.has_path(self.dag, id(g), id(h)) for h in readers):
                 continue
-            saved = g.reduce_axes
+            saved = (g.reduce_axes, g.col_axes)
             if self._compatible(g, n) and not self._creates_cycle(g, n):
                 self._add(g, n)
                 return True
-            g.reduce_axes = saved
+            g.reduce_axes, g.col_axes = saved
         return False
+
+    # --- merging -------------------------------------------------------------------------------
+    def _merge(self, host: Group, other: Group) -> bool:
+        """Fold ``other`` into ``host`` when each of its nodes fits host's domain (checked in order,
+        as if it had joined node by node) and no third group runs between the two."""
+        if other is host or host.kind != "fused" or other.kind != "fused" or \
+                any(m.target is aten.copy_.default for m in host.nodes + other.nodes):
+            return False
+        for a, b in ((host, other), (other, host)):
+            if any(s != id(b) and nx.has_path(self.dag, s, id(b)) for s in self.dag.successors(id(a))):
+                return False
+        saved = (host.reduce_axes, host.col_axes, set(host.members))
+        ok = True
+        for m in other.nodes:
+            if m.target not in VIEWS and not self._compatible(host, m):
+                ok = False
+                break
+            host.members.add(m)
+        if not ok:
+            host.reduce_axes, host.col_axes, host.members = saved
+            return False
+        host.parts.append(other)
+        host.nodes.extend(other.nodes)
+        for m in other.nodes:
+            self.group_of[m] = host
+        for p in list(self.dag.predecessors(id(other))):
+            if p != id(host):
+                self.dag.add_edge(p, id(host))
+        for s in list(self.dag.successors(id(other))):
+            if s != id(host):
+                self.dag.add_edge(id(host), s)
+        self.dag.remove_node(id(other))
+        self.groups.remove(other)
+        return True
+
+    def _merge_siblings(self) -> None:
+        """Fold fused groups that read the same tensor into one, largest domain first: a norm's
+        weight-gradient sum and its input gradient both read dY and X."""
+        for n in self.gm.graph.nodes:
+            readers = []
+            for u in n.users:
+                for m in ([u] if u.op == "call_function" and u.target not in VIEWS else []) + \
+                        [w for w in u.users if u.op == "call_function" and u.target in VIEWS]:
+                    g = self.group_of.get(m)
+                    if g is not None and g.kind == "fused" and g not in readers and n not in g.members:
+                        readers.append(g)
+            if len(readers) < 2:
+                continue
+            readers.sort(key=lambda g: -math.prod(g.domain))
+            host = readers[0]
+            for g in readers[1:]:
+                if g in self.groups:
+                    self._merge(host, g)
 
     def _outputs(self) -> None:
         self._by_id = {id(g): g for g in self.groups}
         for g in self.groups:
-            outs = []
-            for m in g.nodes:
-                if m.target in VIEWS:
-                    continue
-                if m.target.__name__ == "getitem":
-                    # a multi-output kernel (flash attention: out, logsumexp) hands out each result
-                    # through its getitem; fused groups compute through them instead
-                    if g.kind == "kernel" and self._escapes(g, m):
-                        outs.append(m)
-                    continue
-                if self._escapes(g, m):
-                    outs.append(m)
-            g.outputs = outs
-
-    def _escapes(self, g: Group, m: fx.Node) -> bool:
-        if m.target is aten.copy_.default:  # its effect is the write, even with no users
-            return True
-        for u in m.users:
-            if u.op == "output":
-                return True
-            if u not in g.members:
-                return True
-            if u.target in ORDER_PRESERVING_VIEWS and self._escapes(g, u):
-                return True
-        return False
+            g.outputs = group_outputs(g)
 
 
 def partition(gm: fx.GraphModule, fusion: bool = True) -> list[Group]:

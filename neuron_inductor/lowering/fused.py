@@ -13,11 +13,16 @@ address contiguously are merged. Then the tile plan:
 Per iteration: load leaves (DMA with access patterns), run each node's lowering, reduce along the free
 axis (VectorE ``tensor_reduce``, accumulating across chunks), store outputs. A reduction over every axis
 puts one reduced axis on partitions and finishes with a TensorE transpose.
+
+*Column sums* (``col_axes``: every axis but ``F`` summed, a norm's weight gradient) accumulate across
+row tiles on TensorE (``partition_ops.ColumnSums``) in the same single pass as the row work, and the
+values computed from them (column vectors) run once after the loops. Leaves constant along every loop
+axis (a norm's weight) are loaded once before the loops as one row and broadcast to the partitions on
+TensorE, so each HBM byte is read once per kernel.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import sympy
 import torch
@@ -25,68 +30,15 @@ import torch.fx as fx
 
 from ..ir import HBMAccess, TensorMeta, TileRegion
 from .builder import KernelBuilder, TVal, ceil_div
+from .fused_group import (FusedGroup, Source, _contig, _restore, _snapshot, _split_rows, col_pair,  # noqa: F401
+                          last_axis, reduce_dims, sbuf_peak)
 from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, word_scale)
+from .partition_ops import FLOATS, ColumnSums, broadcast_partitions
 from .pointwise import copy, scalar_op, tile_dtype
 from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
 
 PMAX = 128
-
-
-@dataclass(eq=False)
-class FusedGroup:
-    nodes: list[fx.Node]          # topological order; views inside are order-preserving
-    outputs: list[fx.Node]        # values needed outside the group
-    domain: tuple[int, ...]
-    reduce_axes: frozenset[int] = frozenset()
-    kind: str = "fused"
-    name: str = ""
-
-
-@dataclass(eq=False)
-class Source:
-    """Where a value outside the kernel lives: a host buffer and the value's layout in it."""
-
-    host: str
-    meta: TensorMeta          # offset relative to the start of the host buffer's flat span
-    base_extent: int          # logical elements of the host buffer's flat span
-    base_dtype: str           # torch dtype name of the host buffer
-
-
-def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
-    """(reduced input dims, keepdim) of a reduction node."""
-    x = node.args[0].meta["val"]
-    nd = max(x.dim(), 1)
-    args = list(node.args[1:])
-    kw = node.kwargs
-    if node.target._overloadpacket in (torch.ops.aten.sum, torch.ops.aten.mean, torch.ops.aten.prod,
-                                       torch.ops.aten.any, torch.ops.aten.all) and not args \
-            and "dim" not in kw:
-        return list(range(x.dim())), False
-    dims = args[0] if args else kw.get("dim", [])
-    if dims is None or dims == []:
-        dims = list(range(x.dim()))
-    if isinstance(dims, int):
-        dims = [dims]
-    keep = args[1] if len(args) > 1 else kw.get("keepdim", False)
-    return sorted({d % nd for d in dims}), bool(keep)
-
-
-def _split_rows(n: int) -> int:
-    """Partitions for a flat span of ``n`` elements: the largest divisor of ``n`` up to 128, used when
-    it keeps at least a quarter of the partitions busy and leaves >= 2 elements per partition (a
-    span of 154800 = 2*129*600 runs as [120, 1290] instead of one partition of 154800); else 1."""
-    if n < 2 * 32:
-        return 1
-    d = next(d for d in range(min(PMAX, n // 2), 0, -1) if n % d == 0)
-    return d if d >= 32 else 1
-
-
-def _contig(shape) -> list[int]:
-    st, acc = [], 1
-    for s in reversed(list(shape)):
-        st.append(acc)
-        acc *= max(int(s), 1)
-    return list(reversed(st))
+EXPAND = torch.ops.aten.expand.default
 
 
 class _Ctx:
@@ -118,23 +70,38 @@ class _Ctx:
 
 class _FusedLowering:
     def __init__(self, group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
-                 free_chunk: int) -> None:
+                 free_chunk: int, R0: set | None = None, C0: set | None = None) -> None:
         self.g = group
         self.sources = sources
         self.kb = kb
         self.free_chunk = free_chunk
         self.members = set(group.nodes)
-        D, R = list(group.domain), set(group.reduce_axes)
-        self.D0, self.R0 = D, R
-        self.post: set[fx.Node] = set()
-        # values computed from a reduction's result (its dependents in the group, transitively)
+        D = list(group.domain)
+        R = set(group.reduce_axes) if R0 is None else set(R0)
+        C = set(getattr(group, "col_axes", ())) if C0 is None else set(C0)
+        self.D0, self.R0, self.C0 = D, R, C
+        reds = [n for n in group.nodes if n.target in REDUCTIONS]
+        self.col_reds = [n for n in reds if C and set(reduce_dims(n)[0]) == C]
+        self.reductions = [n for n in reds if n not in self.col_reds]
+        # values computed from a column sum: column vectors, evaluated once after the row loops
+        self.col_post: set[fx.Node] = set()
         for n in group.nodes:
-            if any(a in self.post or (a in self.members and a.target in REDUCTIONS)
-                   for a in n.all_input_nodes):
+            if any(a in self.col_post or a in self.col_reds for a in n.all_input_nodes):
+                self.col_post.add(n)
+        for n in self.col_post:
+            if n.target in REDUCTIONS or any(a in self.members and a not in self.col_post
+                                             and a not in self.col_reds for a in n.all_input_nodes):
+                raise LoweringError(f"{n.name} needs a value of the row loop after the column sums")
+        self.post: set[fx.Node] = set()
+        # values computed from a row reduction's result (its dependents in the group, transitively)
+        for n in group.nodes:
+            if n not in self.col_post and any(a in self.post or a in self.reductions
+                                              for a in n.all_input_nodes):
                 self.post.add(n)
-        self.reductions = [n for n in group.nodes if n.target in REDUCTIONS]
         self.seeded: set[fx.Node] = set()   # values provided by the caller (a matmul result)
         self.post_nodes = self.post | set(self.reductions)
+        self.hoisted: dict[tuple, TVal] = {}
+        self.colsums: ColumnSums | None = None
 
     # --- alignment of shapes to the domain --------------------------------------------------
     def _reduced_shape(self, keep: bool) -> list[int]:
@@ -173,6 +140,8 @@ class _FusedLowering:
             st = self.to_domain(n, val.shape, _contig(val.shape))
             if st is None:
                 raise LoweringError(f"{n.name} {list(val.shape)} does not fit domain {self.D0}")
+            if n.target is EXPAND and n.args[0] in self.members:
+                st = list(self.node_strides0[n.args[0]])  # a broadcast of a tile: the same strides
             self.node_strides0[n] = st
             accesses.append(st)
         self.loads0: dict[tuple[fx.Node, fx.Node], list[int]] = {}
@@ -195,8 +164,9 @@ class _FusedLowering:
             dom, merged = list(self.D0), accesses
             axes = [[i] for i in range(len(dom))]
         else:
-            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0)
+            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0 or self.C0)
         R = {i for i, grp in enumerate(axes) if any(a in self.R0 for a in grp)}
+        self.C = {i for i, grp in enumerate(axes) if any(a in self.C0 for a in grp)}
         it = iter(merged)
         self.node_strides = {n: next(it) for n in self.node_strides0}
         self.loads = {k: next(it) for k in self.loads0}
@@ -209,6 +179,10 @@ class _FusedLowering:
         D, R = self.D, self.R
         n = len(D)
         allst = list(self.loads.values()) + list(self.stores.values())
+        self.p_reduced = False
+        if self.C:
+            self._choose_column_axes()
+            return
         if R:
             F = max(R)
         elif n:
@@ -228,6 +202,25 @@ class _FusedLowering:
         self.F, self.P = F, P
         self.outer = [a for a in range(n) if a not in R and a not in (F, P) and D[a] > 1]
         self.seq = [a for a in R if a not in (F, P) and D[a] > 1]
+
+    def _choose_column_axes(self) -> None:
+        """Column sums: ``F`` is the one axis they keep (also the row reductions' axis), ``P`` the
+        largest summed axis, the other summed axes outer loops inside the accumulation."""
+        D, C = self.D, self.C
+        kept = [a for a in range(len(D)) if a not in C and D[a] > 1]
+        if len(kept) != 1 or (self.R and set(a for a in self.R if D[a] > 1) != set(kept)):
+            raise LoweringError(f"column sums over {sorted(self.C0)} keep more than one axis of {self.D0}")
+        summed = [a for a in C if D[a] > 1]
+        if not summed:
+            raise LoweringError("column sums over unit axes")
+        self.F = kept[0]
+        self.P = max(summed, key=lambda a: (D[a], a))
+        self.outer = [a for a in summed if a != self.P]
+        self.seq = []
+
+    def _budget(self) -> int:
+        """Free-axis chunk for a chunked pass: SBUF shared by every value that may be live at once."""
+        return int(self.kb.target.sbuf_bytes_per_partition * 0.6) // (4 * max(self._max_live(), 1))
 
     def _split_free(self, F: int, rows: int) -> None:
         """A 1-D iteration space [N] becomes [rows, N/rows] so (nearly) all partitions work."""
@@ -260,13 +253,13 @@ class _FusedLowering:
         Fsize = D[F] if F is not None else 1
         Psize = D[P] if P is not None else 1
         full_after_reduce = any(n in self.post and self._is_full(n) for n in self.g.nodes)
-        single = full_after_reduce
-        live = self._max_live()
-        budget = int(kb.target.sbuf_bytes_per_partition * 0.6) // (4 * max(live, 1))
+        single = full_after_reduce or bool(self.col_reds)
+        budget = self._budget()
         if single:
-            if self.seq or self.p_reduced or Fsize > budget:
-                raise LoweringError(f"a row of {Fsize} elements with {live} live values does not fit "
-                                    "SBUF in one pass")
+            # whole rows on chip (after a row reduction, or for column sums covering all of F); the
+            # tiles actually allocated are measured once emitted (``_check_sbuf``)
+            if self.seq or self.p_reduced:
+                raise LoweringError("a single pass cannot hold a reduction split over loops")
             self.fc_size = Fsize
         else:
             self.fc_size = max(1, min(Fsize, self.free_chunk, budget))
@@ -285,7 +278,101 @@ class _FusedLowering:
                 for a in n.all_input_nodes:
                     if a in self.members and a not in self.post and a not in self.reductions:
                         raise LoweringError(f"{n.name} needs {a.name} after an accumulated reduction")
+        self.row_loop = "affine"
+        self._hoist(Psize, nchunks)
+        if self.col_reds:
+            kb.plan += f"; column sums of {[r.name for r in self.col_reds]} on TensorE"
+        if self.hoisted:
+            kb.plan += f"; {len(self.hoisted)} row-invariant leaf load(s) hoisted"
         self._outer_loops(0, Psize, Fsize, nchunks)
+        if self.col_reds:
+            self._finish_columns(Fsize)
+        if single:
+            self._check_sbuf(Fsize)
+
+    def _check_sbuf(self, Fsize: int) -> None:
+        need, have = sbuf_peak(self.kb.body), self.kb.target.sbuf_bytes_per_partition
+        if need > have:
+            raise LoweringError(f"rows of {Fsize} elements need {need} SBUF bytes per partition in "
+                                f"one pass; {have} exist")
+
+    # --- loads hoisted out of the loops, column sums ------------------------------------------
+    def _loop_axes(self) -> list[int]:
+        return [a for a in self.outer + self.seq + ([self.P] if self.P is not None else [])]
+
+    def _hoist(self, Psize: int, nchunks: int) -> None:
+        """Before the loops: allocate column-sum accumulators and load every leaf that no loop
+        moves (stride 0 along all loop axes) once, broadcasting it across partitions on TensorE."""
+        kb = self.kb
+        self.ip, self.fcv, self.loop_vars = sympy.Integer(0), sympy.Integer(0), {}
+        self.rows, self.cols = sympy.Integer(1), sympy.Integer(self.fc_size)
+        loop_axes = self._loop_axes()
+        todo: dict[tuple, tuple[fx.Node, list[int]]] = {}
+        if nchunks == 1 and self.P is not None and Psize > 1:
+            for (n, a), st in self.loads.items():
+                if n not in self.col_post and all(st[x] == 0 for x in loop_axes):
+                    todo.setdefault(self._load_key(a, st), (a, st))
+        floats = [k for k, (a, st) in todo.items()
+                  if hw_dtype(self.sources[a].base_dtype) in FLOATS]
+        if self.col_reds:
+            self.colsums = ColumnSums(kb, self.col_reds, self.fc_size, 1 if floats else 0)
+            dts = {"float32"} | {hw_dtype(self.sources[a].base_dtype) for (_, a) in self.loads} | \
+                {hw_dtype(str(n.meta["val"].dtype).replace("torch.", "")) for n in self.g.nodes
+                 if isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dtype.is_floating_point}
+            for dt in sorted(dts & set(FLOATS)):
+                self.colsums.ones(dt)
+            self.row_loop = self.colsums.loop_kind
+        scratch = kb.tile((PMAX, kb.target.psum_bank_fp32), "float32", "psum", prefix="bc") \
+            if floats else None
+        ones_rows: dict[str, object] = {}
+        for key, (a, st) in todo.items():
+            src = self.sources[a]
+            full = st[self.F] != 0
+            acc = self._access(src.host, src.base_extent, src.base_dtype, src.meta.storage_offset, st,
+                               full)
+            cols = self.fc_size if full else 1
+            dt = acc.tensor.dtype
+            if key not in floats:  # integers: one broadcast DMA, still hoisted out of the loops
+                t = kb.tile((PMAX, cols), dt, prefix="hoist")
+                pat = ((0, PMAX),) + tuple(acc.pattern[1:])
+                kb.dma(t.region(PMAX, cols), type(acc)(acc.tensor, acc.offset, pat))
+            else:
+                row = kb.tile((1, cols), dt, prefix="row")
+                kb.dma(row.region(1, cols), acc)
+                if dt not in ones_rows:
+                    ones_rows[dt] = kb.tile((1, PMAX), dt, prefix="ones_row")
+                    kb.instr("vector", "memset", ones_rows[dt].full(), {}, value=1.0)
+                t = broadcast_partitions(kb, row.region(1, cols), cols, scratch, ones_rows[dt])
+            self.hoisted[key] = TVal("full" if full else "row", t.full())
+
+    def _load_key(self, a: fx.Node, st: list[int]) -> tuple:
+        """Loads of the same leaf with the same strides (unit axes ignored) share one tile."""
+        return (a, tuple(0 if self.D[i] == 1 else s for i, s in enumerate(st)))
+
+    def _col_add(self, n: fx.Node, loads) -> None:
+        x = self._arg(n, n.args[0], loads)
+        if x.kind != "full":
+            x = copy(self.ctx, x, "float32", "full")
+        self.colsums.add(n, x.region, self.rows)
+
+    def _finish_columns(self, Fsize: int) -> None:
+        """After the row loops: the column sums, then the column-vector values computed from them."""
+        self.rows, self.cols = sympy.Integer(1), sympy.Integer(Fsize)
+        self.ip, self.fcv = sympy.Integer(0), sympy.Integer(0)
+        P_save, self.P = self.P, None
+        self.vals = {}
+        for r in self.col_reds:
+            self.vals[r] = self._finish_reduction(r, TVal("full", self.colsums.result(r)))
+            if r in self.g.outputs:
+                self._store(r, self.vals[r])
+        loads: dict = {}
+        for n in self.g.nodes:
+            if n not in self.col_post:
+                continue
+            self.vals[n] = self._compute(n, loads)
+            if n in self.g.outputs:
+                self._store(n, self.vals[n])
+        self.P = P_save
 
     def _is_full(self, n: fx.Node) -> bool:
         return self.F is not None and self.node_strides[n][self.F] != 0
@@ -306,7 +393,7 @@ class _FusedLowering:
     def _outer_loops(self, k: int, Psize: int, Fsize: int, nchunks: int) -> None:
         if k < len(self.outer):
             a = self.outer[k]
-            with self._loop(self.D[a], "affine", "l") as v:
+            with self._loop(self.D[a], self.row_loop, "l") as v:
                 self.loop_vars[a] = v
                 self._outer_loops(k + 1, Psize, Fsize, nchunks)
             return
@@ -320,7 +407,7 @@ class _FusedLowering:
                 self._seq_loops(0, Fsize, nchunks, accs)
             self._finish_partition_reduce(accs)
             return
-        with self._loop(np_, "affine", "p") as ip:
+        with self._loop(np_, self.row_loop, "p") as ip:
             self.ip = ip
             self.rows = (sympy.Min(PMAX, Psize - PMAX * ip) if Psize % PMAX else sympy.Integer(PMAX)) \
                 if np_ > 1 else sympy.Integer(Psize)
@@ -392,7 +479,7 @@ class _FusedLowering:
 
     def _finish_reduction(self, r: fx.Node, v: TVal) -> TVal:
         if r.target._overloadpacket is torch.ops.aten.mean:
-            count = math.prod(self.D0[a] for a in self.R0)
+            count = math.prod(self.D0[a] for a in reduce_dims(r)[0])
             return scalar_op(self.ctx, v, "multiply", 1.0 / count, "float32")
         return v
 
@@ -400,6 +487,8 @@ class _FusedLowering:
     def _pass_nodes(self, pre_only: bool, post_only: bool) -> list[fx.Node]:
         out = []
         for n in self.g.nodes:
+            if n in self.col_post:
+                continue
             if n in self.seeded:
                 out.append(n)
             elif pre_only and n in self.post:
@@ -439,6 +528,8 @@ class _FusedLowering:
         refs: dict = {}
         for n in self.g.nodes:
             is_post = n in self.post
+            if n in self.col_post:
+                continue
             if n in self.seeded:
                 if n in self.g.outputs:
                     self._store(n, self.vals[n])
@@ -450,26 +541,32 @@ class _FusedLowering:
                 continue
             if post_only and (not is_post or n in self.vals):
                 continue
-            if n.target in REDUCTIONS:
+            if n in self.col_reds:
+                self._col_add(n, loads)
+            elif n.target in REDUCTIONS:
                 self.vals[n] = self._reduce(n, accs, loads)
-            elif n.target in ORDER_PRESERVING_VIEWS:
-                self.vals[n] = self._arg(n, n.args[0], loads)
             else:
-                fn = POINTWISE[n.target]
-                skip0 = n.target is torch.ops.aten.copy_.default  # destination: written, not read
-                args = [None if (skip0 and i == 0) else self._arg(n, a, loads)
-                        for i, a in enumerate(n.args)]
-                kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}
-                try:
-                    self.vals[n] = fn(self.ctx, n, *args, **kwargs)
-                except NotImplementedError as e:
-                    raise LoweringError(f"{n.target}: {e}") from None
-            if n in self.g.outputs and not (n in self.reductions and self.accumulate):
+                self.vals[n] = self._compute(n, loads)
+            if n in self.g.outputs and n not in self.col_reds and \
+                    not (n in self.reductions and self.accumulate):
                 self._store(n, self.vals[n])
             v = self.vals.get(n)
             if v is not None and v.region is not None and n in remaining:
                 refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
             self._release_dead(n, remaining, refs)
+
+    def _compute(self, n: fx.Node, loads) -> TVal:
+        """The value of a view or pointwise node from its arguments' values."""
+        if n.target in ORDER_PRESERVING_VIEWS or n.target is EXPAND:
+            return self._arg(n, n.args[0], loads)  # an expand reads the same tile along the broadcast
+        fn = POINTWISE[n.target]
+        skip0 = n.target is torch.ops.aten.copy_.default  # destination: written, not read
+        args = [None if (skip0 and i == 0) else self._arg(n, a, loads) for i, a in enumerate(n.args)]
+        kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}
+        try:
+            return fn(self.ctx, n, *args, **kwargs)
+        except NotImplementedError as e:
+            raise LoweringError(f"{n.target}: {e}") from None
 
     def _arg(self, consumer: fx.Node, a, loads):
         if isinstance(a, fx.Node):
@@ -512,8 +609,13 @@ class _FusedLowering:
 
     def _load(self, consumer: fx.Node, a: fx.Node, loads) -> TVal:
         st = self.loads[(consumer, a)]
-        key = (a, tuple(st))
+        key = self._load_key(a, st)
         if key in loads:
+            return loads[key]
+        if key in self.hoisted:
+            h = self.hoisted[key].region
+            loads[key] = TVal(self.hoisted[key].kind,
+                              TileRegion(h.tile, h.starts, (self.rows, self.cols if h.sizes[1] != 1 else 1)))
             return loads[key]
         src = self.sources[a]
         full = self.F is not None and st[self.F] != 0
@@ -548,6 +650,23 @@ class _FusedLowering:
 def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
                 out_tensors: dict, out_meta: dict, free_chunk: int) -> None:
     """Emit the kernel body for ``group`` into ``kb``. ``out_tensors[n]`` are the HBM outputs."""
+    lw = None
+    R0 = frozenset(group.reduce_axes)
+    if R0 and not getattr(group, "col_axes", None) and last_axis(group.domain) not in R0 \
+            and col_pair(group.domain, frozenset(), R0) \
+            and all(REDUCTIONS[n.target][0] == "add" and n.meta["val"].dtype.is_floating_point
+                    for n in group.nodes if n.target in REDUCTIONS):
+        # sums over leading axes only: row tiles keep the contiguous axis on the free side and the
+        # sums run over partitions, instead of reading the tensor transposed element by element
+        snap = _snapshot(kb)
+        try:
+            lw = _FusedLowering(group, sources, kb, free_chunk, R0=set(), C0=set(R0))
+            lw.out_tensors, lw.out_meta = out_tensors, out_meta
+            lw.plan()
+            lw.emit()
+            return
+        except LoweringError:
+            _restore(kb, snap)
     lw = _FusedLowering(group, sources, kb, free_chunk)
     lw.out_tensors, lw.out_meta = out_tensors, out_meta
     lw.plan()

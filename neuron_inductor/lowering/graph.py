@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ..config import Config
-from ..graph.fusion import Group, partition, tensor_vals, val, view_root
+from ..graph.fusion import Group, partition, tensor_vals, unmerge, val, view_root
 from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
 from ..target import Target, get_target
 from .builder import KernelBuilder
@@ -169,7 +169,12 @@ class GraphLowering:
             self.emit_kernel(g)
         except (LoweringError, NotImplementedError) as e:
             real = [n for n in g.nodes if n.target not in VIEWS and n.target is not operator.getitem]
-            if len(real) > 1:
+            parts = unmerge(g)
+            if len(parts) > 1:  # a merged group that does not fit: the groups it was merged from
+                log.debug("unmerging group %s: %s", [n.name for n in real], e)
+                for p in parts:
+                    self.lower_group(p)
+            elif len(real) > 1:
                 log.debug("splitting group %s: %s", [n.name for n in real], e)
                 for n in real:
                     self.lower_group(self._single(n))

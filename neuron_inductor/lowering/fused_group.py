@@ -1,0 +1,109 @@
+"""What a fused kernel is made of, and the kernel-builder checks around lowering one.
+
+``FusedGroup`` (the contract between fusion and lowering), where its inputs live (``Source``), the axes
+of its reductions, and two guards: the SBUF bytes a single-pass kernel actually allocated, and a
+snapshot of a ``KernelBuilder`` so a plan that turns out not to fit can be retried with another.
+"""
+from __future__ import annotations
+
+import copy as copy_module
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+from ..ir import Alloc, Loop, TensorMeta
+from .builder import KernelBuilder
+
+PMAX = 128
+
+
+@dataclass(eq=False)
+class FusedGroup:
+    nodes: list[fx.Node]          # topological order; views inside are order-preserving
+    outputs: list[fx.Node]        # values needed outside the group
+    domain: tuple[int, ...]
+    reduce_axes: frozenset[int] = frozenset()
+    kind: str = "fused"
+    name: str = ""
+    #: axes summed over partitions (across row tiles) beside the free-axis ``reduce_axes``
+    col_axes: frozenset[int] = frozenset()
+
+
+def last_axis(domain) -> int:
+    """The innermost non-unit axis: where row reductions of row-major tensors run."""
+    return max([i for i, s in enumerate(domain) if s > 1], default=len(domain) - 1)
+
+
+def col_pair(domain, row: frozenset, col: frozenset) -> bool:
+    """Reductions over ``col`` can be column sums beside row reductions over ``row`` (possibly none):
+    disjoint sets, with row reductions covering every other non-unit axis, and the axes ``col`` keeps
+    coming after the ones it sums (its result is one free-axis vector)."""
+    big = {i for i, s in enumerate(domain) if s > 1}
+    kept = big - col
+    if row & col or not (big & col) or (row and not big <= row | col):
+        return False
+    return not kept or min(kept) > max(big & col)
+
+
+@dataclass(eq=False)
+class Source:
+    """Where a value outside the kernel lives: a host buffer and the value's layout in it."""
+
+    host: str
+    meta: TensorMeta          # offset relative to the start of the host buffer's flat span
+    base_extent: int          # logical elements of the host buffer's flat span
+    base_dtype: str           # torch dtype name of the host buffer
+
+
+def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
+    """(reduced input dims, keepdim) of a reduction node."""
+    x = node.args[0].meta["val"]
+    nd = max(x.dim(), 1)
+    args = list(node.args[1:])
+    kw = node.kwargs
+    if node.target._overloadpacket in (torch.ops.aten.sum, torch.ops.aten.mean, torch.ops.aten.prod,
+                                       torch.ops.aten.any, torch.ops.aten.all) and not args \
+            and "dim" not in kw:
+        return list(range(x.dim())), False
+    dims = args[0] if args else kw.get("dim", [])
+    if dims is None or dims == []:
+        dims = list(range(x.dim()))
+    if isinstance(dims, int):
+        dims = [dims]
+    keep = args[1] if len(args) > 1 else kw.get("keepdim", False)
+    return sorted({d % nd for d in dims}), bool(keep)
+
+
+def _split_rows(n: int) -> int:
+    """Partitions for a flat span of ``n`` elements: the largest divisor of ``n`` up to 128, used when
+    it keeps at least a quarter of the partitions busy and leaves >= 2 elements per partition (a
+    span of 154800 = 2*129*600 runs as [120, 1290] instead of one partition of 154800); else 1."""
+    if n < 2 * 32:
+        return 1
+    d = next(d for d in range(min(PMAX, n // 2), 0, -1) if n % d == 0)
+    return d if d >= 32 else 1
+
+
+def _contig(shape) -> list[int]:
+    st, acc = [], 1
+    for s in reversed(list(shape)):
+        st.append(acc)
+        acc *= max(int(s), 1)
+    return list(reversed(st))
+
+
+def sbuf_peak(body: list) -> int:
+    """SBUF bytes per partition live at once: a block's tiles plus its worst nested loop's."""
+    own = sum(s.tile.bytes_per_partition for s in body if isinstance(s, Alloc) and s.tile.memory == "sbuf")
+    return own + max([sbuf_peak(s.body) for s in body if isinstance(s, Loop)], default=0)
+
+
+def _snapshot(kb: KernelBuilder) -> tuple:
+    return (copy_module.deepcopy(kb.names), dict(kb.params), list(kb.outputs), list(kb.body), kb.plan)
+
+
+def _restore(kb: KernelBuilder, snap: tuple) -> None:
+    kb.names, kb.params, kb.outputs, body, kb.plan = snap
+    kb.body[:] = body
+    kb._blocks, kb._pools = [kb.body], [{}]
