@@ -69,9 +69,10 @@ def main(kinds: list[str]) -> None:
     import neuron_inductor.compile as nic
     from neuron_inductor.cache import stats
     from neuron_inductor.runtime import host
-    print("RANK" + json.dumps({"rank": rank, "misses": stats()["misses"], "hits": stats()["hits"],
-                               "collectives": host.collective_counts(),
-                               "fallbacks": dict(nic.fallback_ops)}), flush=True)
+    # one file per rank: two ranks printing to one pipe can interleave their lines
+    with open(f"rank{rank}.json", "w") as f:
+        json.dump({"rank": rank, "misses": stats()["misses"], "hits": stats()["hits"],
+                   "collectives": host.collective_counts(), "fallbacks": dict(nic.fallback_ops)}, f)
     dist.barrier()  # nobody tears gloo down while a peer still talks to it
     dist.destroy_process_group()
 
