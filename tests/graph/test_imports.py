@@ -1,0 +1,13 @@
+"""Every stage imports on its own, in any order (a fresh interpreter per module)."""
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("module", ["neuron_inductor.graph.fusion", "neuron_inductor.lowering",
+                                    "neuron_inductor.lowering.graph", "neuron_inductor.compile",
+                                    "neuron_inductor.backend"])
+def test_module_imports_first(module):
+    r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
