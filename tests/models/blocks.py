@@ -54,3 +54,13 @@ class TransformerBlock(nn.Module):
 def mlp(d_in: int = 64, hidden: int = 200, d_out: int = 10) -> nn.Module:
     return nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.ReLU(),
                          nn.Linear(hidden, d_out))
+
+
+def tiny_llama():
+    """A tiny Hugging Face Llama (hidden 64, 2 layers, GQA 4/2 heads, vocab 256), random weights."""
+    import transformers
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                   max_position_embeddings=128)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from _compare import FP32
-from models.blocks import TransformerBlock, mlp
+from models.blocks import TransformerBlock, mlp, tiny_llama
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from neuron_inductor import compile as ni_compile
@@ -106,8 +106,9 @@ _ALLOWED = {"aten.as_strided.default", "aten.detach.default", "aten.empty.memory
             "aten.set_.source_Storage_storage_offset", "aten.set_.source_Storage"}
 
 
-def test_steady_state_dispatches_no_aten_compute(monkeypatch):
-    """Independent of our own counters: the generated code runs every op in kernels."""
+@pytest.fixture
+def recorder(monkeypatch):
+    """Records the ATen ops dispatched while generated code runs (call ``recorder.start()`` first)."""
     from neuron_inductor.runtime import loader
 
     rec = _Recorder()
@@ -117,6 +118,12 @@ def test_steady_state_dispatches_no_aten_compute(monkeypatch):
         with rec:
             return orig(self, args)
 
+    rec.start = lambda: monkeypatch.setattr(loader.CompiledModule, "__call__", recording)
+    return rec
+
+
+def test_steady_state_dispatches_no_aten_compute(recorder):
+    """Independent of our own counters: the generated code runs every op in kernels."""
     torch.manual_seed(0)
     model = TransformerBlock()
     x = torch.randn(2, 16, 64, requires_grad=True)
@@ -124,44 +131,25 @@ def test_steady_state_dispatches_no_aten_compute(monkeypatch):
     out = cm(x)
     seed = torch.randn_like(out)
     _grads(model, x, out, seed)
-    monkeypatch.setattr(loader.CompiledModule, "__call__", recording)
+    recorder.start()
     out = cm(x)
     _grads(model, x, out, seed)
-    assert rec.ops, "the recorder saw nothing: the test would pass vacuously"
-    assert rec.ops <= _ALLOWED, sorted(rec.ops - _ALLOWED)
+    assert recorder.ops, "the recorder saw nothing: the test would pass vacuously"
+    assert recorder.ops <= _ALLOWED, sorted(recorder.ops - _ALLOWED)
 
 
-def test_recorder_sees_a_fallback(monkeypatch):
+def test_recorder_sees_a_fallback(recorder):
     """The dispatch-mode check can fail: a declared fallback shows up as an ATen compute op."""
-    from neuron_inductor.runtime import loader
-
-    rec = _Recorder()
-    orig = loader.CompiledModule.__call__
-
-    def recording(self, args):
-        with rec:
-            return orig(self, args)
-
-    monkeypatch.setattr(loader.CompiledModule, "__call__", recording)
+    recorder.start()
     f = torch.compile(lambda x: torch.sin(x).to(torch.float64), backend="neuron")
     f(torch.randn(8))
-    assert rec.ops - _ALLOWED
-
-
-transformers = pytest.importorskip("transformers")
-
-
-def _tiny_llama():
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                                   max_position_embeddings=128)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg)
+    assert recorder.ops - _ALLOWED
 
 
 def test_tiny_llama_logits_and_grads_zero_fallbacks():
+    pytest.importorskip("transformers")  # the `hf` extra
     ni_compile.reset_counters()
-    model = _tiny_llama()
+    model = tiny_llama()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     ref = model(input_ids=ids, labels=ids)
     ref.loss.backward()
