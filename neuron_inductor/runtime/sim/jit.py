@@ -28,29 +28,65 @@ def _is_torch(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+_NP_DTYPES: dict = {}
+
+
+def _np_dtypes() -> None:
+    import torch
+    _NP_DTYPES.update({torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+                       torch.int32: np.dtype(np.int32), torch.int16: np.dtype(np.int16),
+                       torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
+                       torch.int64: np.dtype(np.int64), torch.float64: np.dtype(np.float64),
+                       torch.uint16: np.dtype(np.uint16), torch.uint32: np.dtype(np.uint32)})
+
+
 def _torch_to_numpy(t: Any, name: str) -> np.ndarray:
+    """A numpy view of a (contiguous, CPU) tensor's memory, so kernel writes reach the caller.
+
+    Not ``Tensor.numpy()``: exporting to numpy marks the tensor's storage as never resizable, and
+    FSDP2 frees unsharded parameters (which it passes to kernels) with ``storage().resize_(0)``.
+    The view is built from the data pointer instead; the caller keeps the tensor alive for the call."""
+    import ctypes
+
     import torch
 
     if t.device.type != "cpu":
         raise refuse("argument", f"parameter {name}: tensor on device {t.device}; the simulator "
                      "runs on CPU tensors")
-    if t.requires_grad:
-        t = t.detach()
+    if not t.is_contiguous():
+        raise refuse("argument", f"parameter {name}: not contiguous; HBM parameters are flat "
+                     "spans (pass a contiguous tensor)")
+    if not _NP_DTYPES:
+        _np_dtypes()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(dt.bfloat16)
-    if t.dtype == torch.float16:
-        return t.view(torch.int16).numpy().view(np.float16)
-    if t.dtype == torch.bool:
-        return t.numpy().view(np.uint8)
-    return t.numpy()
+        np_dtype = np.dtype(dt.bfloat16)  # ml_dtypes is imported only when bf16 is used
+    elif t.dtype == torch.bool:
+        np_dtype = np.dtype(np.uint8)
+    else:
+        np_dtype = _NP_DTYPES[t.dtype]
+    n = t.numel()
+    if n == 0:
+        return np.empty(t.shape, dtype=np_dtype)
+    raw = (ctypes.c_char * (n * t.element_size())).from_address(t.data_ptr())
+    return np.frombuffer(raw, dtype=np_dtype, count=n).reshape(t.shape)
 
 
 def _numpy_to_torch(a: np.ndarray) -> Any:
+    """A torch tensor with its own, ordinary storage holding ``a``'s bytes.
+
+    Not ``torch.from_numpy``: storage shared with numpy can never be resized, and FSDP2 frees
+    parameters with ``untyped_storage().resize_(0)``. The bytes move with a plain memcpy (no ATen
+    op is dispatched, so the compiled program still only allocates and views on the host)."""
+    import ctypes
+
     import torch
 
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
+    a = np.ascontiguousarray(a)
+    tdt = torch.bfloat16 if a.dtype.name == "bfloat16" else torch.from_numpy(a[:0]).dtype
+    t = torch.empty(a.shape, dtype=tdt)
+    if a.nbytes:
+        ctypes.memmove(t.data_ptr(), a.ctypes.data, a.nbytes)
+    return t
 
 
 def _wrap_param(arg: Any, name: str, index: int) -> Any:
