@@ -41,10 +41,7 @@ def main() -> None:
     args = SFTConfig(output_dir="/tmp/neuron_sft", max_steps=2 if SMOKE else 10,
                      per_device_train_batch_size=2, learning_rate=1e-3, logging_steps=1,
                      report_to="none", save_strategy="no", use_cpu=True, max_length=128,
-                     pad_to_multiple_of=128, torch_compile=True, torch_compile_backend="neuron",
-                     # TRL turns activation checkpointing on by default; its recompute graphs
-                     # (higher_order.run_and_save_rng_state) do not lower yet
-                     gradient_checkpointing=False)
+                     pad_to_multiple_of=128, torch_compile=True, torch_compile_backend="neuron")
     trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, processing_class=tokenizer(),
                          train_dataset=datasets.Dataset.from_dict({"text": texts(32)}))
     trainer.train()
