@@ -5,12 +5,12 @@ number of distinct shapes to ``ceil(max_len / 128)``; the shape-keyed cache then
 those once, ever. Padding belongs in the data pipeline, where the attention mask and the ignored
 label id make it semantically neutral; nothing in the compiler pads silently.
 
-Sizing Dynamo: every bucket is one graph specialisation, so set
-``torch._dynamo.config.recompile_limit`` (``cache_size_limit`` in older torch) to at least the bucket
-count, e.g. ``math.ceil(max_len / 128)`` (8 for 1024 tokens, 16 for 2048), or mark the sequence dim
-dynamic (``torch._dynamo.mark_dynamic``): the neuron backend then specialises per concrete bucket
-through the cache instead of generating dynamic kernels. :func:`recommended_recompile_limit` computes
-the number.
+Sizing Dynamo: with its defaults (automatic dynamic shapes) Dynamo captures the first length
+statically and, at the second distinct length, one symbolic graph that the neuron backend specialises
+per concrete bucket through the cache — two Dynamo graphs in all, so ``recompile_limit`` needs no
+change. Only with ``dynamic=False`` (or automatic dynamic turned off) is every bucket its own Dynamo
+graph: then raise ``torch._dynamo.config.recompile_limit`` to the bucket count,
+:func:`recommended_recompile_limit` (8 for 1024 tokens in 128-token buckets, 16 for 2048).
 """
 from __future__ import annotations
 
