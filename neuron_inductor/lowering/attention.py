@@ -261,45 +261,77 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                  {"data": ident.region(PMAX, PMAX), "operand0": 0, "operand1": -BIG}, op0="greater", op1="multiply")
         kb.instr("gpsimd", "tensor_scalar", ident.region(PMAX, PMAX),
                  {"data": ident.region(PMAX, PMAX), "operand0": 0}, op0="equal")
-    with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
-        sets = [dict(
-            s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
-            p=kb.tile((PMAX, step), dt, prefix="p"),
-            pts=[kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nb)],
-            ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
-            bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
-            tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
-            qs=kb.tile((PMAX, D), dt, prefix="q_rows"),
-            qT=kb.tile((PMAX, PMAX), dt, prefix="qT"),
-            st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
-            osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
-            oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
-        ) for _ in range(nsets)]
-        # K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one tile
-        # each, so a query tile waits only for the groups it reads); V carries a ones column, so P [V | 1]
-        # also yields the row sums
-        per = BLOCKS_PER_BANK
-        kT, vr = [], []
-        for g in range(ceil_div(nk, per)):
-            ps = sets[g % nsets]["s"][(g // nsets) % nb]
-            stage = kb.tile((PMAX, per * D), dt, prefix="k_rows")
-            kT.append(kb.tile((PMAX, NMAX), dt, prefix="kT"))
-            vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
-            kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
-            w = 0
-            for j in range(g * per, min(nk, (g + 1) * per)):
-                cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
-                sr = TileRegion(stage, (0, D * jj), (cols, D))
-                kb.dma(sr, k.rows(b, h, PMAX * j, cols, D))
-                kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * jj), (D, cols)), {"data": sr})
-                kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
-                w = PMAX * jj + cols
-            bal.copy(kT[-1].region(D, w), TileRegion(ps, (0, 0), (D, w)))
-        for i in range(nq):
-            _fwd_qtile(kb, ctx, bal, sets[i % nsets], q, out, lse, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step)
+    with kb.loop(B, "affine", "b") as b:
+        # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
+        # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
+        # spanning the heads moves more than 4 bytes per descriptor
+        lsecols = None
+        if lse is not None:
+            lsecols = tuple(kb.tile((PMAX, nq, H), "float32", prefix=f"lse_{x}") for x in "lm")
+            if Sq % PMAX:   # rows past the last tile's queries are never written: keep them finite
+                kb.instr("gpsimd", "memset", lsecols[0].region(PMAX, nq, H), {}, value=1.0)
+                kb.instr("gpsimd", "memset", lsecols[1].region(PMAX, nq, H), {}, value=0.0)
+        with kb.loop(H, "affine", "h") as h:
+            sets = [dict(
+                s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
+                p=kb.tile((PMAX, step), dt, prefix="p"),
+                pts=[kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nb)],
+                ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
+                bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
+                tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
+                qs=kb.tile((PMAX, D), dt, prefix="q_rows"),
+                qT=kb.tile((PMAX, PMAX), dt, prefix="qT"),
+                st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
+                osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
+                oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
+            ) for _ in range(nsets)]
+            # K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one tile
+            # each, so a query tile waits only for the groups it reads); V carries a ones column, so P [V | 1]
+            # also yields the row sums
+            per = BLOCKS_PER_BANK
+            kT, vr = [], []
+            for g in range(ceil_div(nk, per)):
+                ps = sets[g % nsets]["s"][(g // nsets) % nb]
+                stage = kb.tile((PMAX, per * D), dt, prefix="k_rows")
+                kT.append(kb.tile((PMAX, NMAX), dt, prefix="kT"))
+                vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
+                kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
+                w = 0
+                for j in range(g * per, min(nk, (g + 1) * per)):
+                    cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
+                    sr = TileRegion(stage, (0, D * jj), (cols, D))
+                    kb.dma(sr, k.rows(b, h, PMAX * j, cols, D))
+                    kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * jj), (D, cols)), {"data": sr})
+                    kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
+                    w = PMAX * jj + cols
+                bal.copy(kT[-1].region(D, w), TileRegion(ps, (0, 0), (D, w)))
+            for i in range(nq):
+                _fwd_qtile(kb, ctx, bal, sets[i % nsets], q, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
+                           D, step)
+        if lse is not None:
+            _store_lse(kb, ctx, bal, lse, lsecols, b, Sq, nq, H)
 
 
-def _fwd_qtile(kb, ctx, bal, ts, q, out, lse, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
+def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
+    """lse = scale * m + ln(l) of every head and query tile at once (one log, one multiply-add), stored
+    with the heads innermost, where torch's logsumexp is contiguous."""
+    lt, mt = cols
+    lr, mr = lt.region(PMAX, nq, H), mt.region(PMAX, nq, H)
+    bal.instr("scalar", "activation", lr, {"data": lr}, op="log", scale=1.0)
+    kb.instr("gpsimd", "tensor_scalar", mr, {"data": mr, "operand0": ctx.scale}, op0="multiply")
+    kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
+    s0, s1, s2 = lse.st[:3]
+    base = lse.off + b * s0
+    full, rem = Sq // PMAX, Sq % PMAX
+    if full:
+        kb.dma(HBMAccess(lse.param, base, ((s2, PMAX), (PMAX * s2, full), (s1, H))),
+               TileRegion(mt, (0, 0, 0), (PMAX, full, H)))
+    if rem:
+        kb.dma(HBMAccess(lse.param, base + full * PMAX * s2, ((s2, rem), (PMAX * s2, 1), (s1, H))),
+               TileRegion(mt, (0, full, 0), (rem, 1, H)))
+
+
+def _fwd_qtile(kb, ctx, bal, ts, q, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
     """One 128-query tile: per key step, S = Q K^T into the set's PSUM banks (causal diagonal block
     masked by a matmul accumulating -BIG above the diagonal), row max straight from PSUM (VectorE),
     P = exp(scale * s - scale * m) in the matmul dtype (ScalarE), P^T by TensorE into the same banks,
@@ -392,17 +424,14 @@ def _fwd_qtile(kb, ctx, bal, ts, q, out, lse, kT, vr, ident, trim, b, h, i, Sq, 
         bal.copy(L, TileRegion(acc.tile, (0, D), (rows, 1)))
     else:
         L = TileRegion(acc.tile, (0, D), (rows, 1))
+    if lsecols is not None:   # this tile's l and m join the batch entry's logsumexp inputs
+        for t, x in zip(lsecols, (L, m_fin)):
+            kb.instr("gpsimd", "tensor_copy", TileRegion(t, (0, i, h), (rows, 1, 1)), {"src": x})
     if out is not None:
         kb.instr("gpsimd", "tensor_scalar", ALPHA, {"data": L, "operand0": 1.0}, op0="divide", reverse0=True)
         osb = ts["oout"].region(rows, D)
         bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), ALPHA)
         kb.dma(out.rows(b, h, q0, rows, D), osb)
-    if lse is not None:   # lse = scale * m + ln(l)
-        bal.instr("scalar", "activation", RS, {"data": L}, op="log", scale=1.0)
-        kb.instr("gpsimd", "tensor_scalar", RS, {"data": m_fin, "operand0": scale, "operand1": RS},
-                 op0="multiply", op1="add")
-        kb.dma(HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + q0 * lse.st[2],
-                         ((lse.st[2], rows), (1, 1))), RS)
 
 
 # ------------------------------------------------------------------------------------ backward
