@@ -68,10 +68,7 @@ ZERO_FALLBACK = ("llama", "mistral", "qwen2", "qwen3")
 MOE_FAMILY = ("mixtral", "qwen2_moe", "qwen3_moe")
 MOE_BATCHED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "gpt_oss", "deepseek_v3")
 ROUTING_FALLBACKS = frozenset({"aten.topk.default", "aten.sort.default", "aten.argsort.default",
-                               "aten.nonzero.default",
-                               # the backward of the expert-weight gather (accumulating index_put):
-                               # its one-hot matmul decomposition waits on a small-K matmul fix
-                               "aten.index_put.default"})
+                               "aten.nonzero.default"})
 
 
 def allowed_fallbacks(arch: str) -> frozenset[str] | None:

@@ -150,7 +150,12 @@ def unmerge(g: "Group") -> list["Group"]:
                 j = where.get(view_root(a), where.get(a))
                 if j is not None and j != i:
                     dag.add_edge(j, i)
-    return [parts[i] for i in nx.topological_sort(dag)]
+    try:
+        return [parts[i] for i in nx.topological_sort(dag)]
+    except nx.NetworkXUnfeasible:
+        # nodes that joined after a merge can make host and part depend on each other: the
+        # caller then splits the group op by op instead
+        return [g]
 
 
 def _axes_of(nodes, domain) -> tuple[frozenset, frozenset]:
@@ -379,6 +384,12 @@ class Partitioner:
         for a, b in ((host, other), (other, host)):
             if any(s != id(b) and nx.has_path(self.dag, s, id(b)) for s in self.dag.successors(id(a))):
                 return False
+            # a value of one read by the other through a reordering view (slice, permute...) would
+            # have to round-trip through HBM inside one kernel
+            for m in b.nodes:
+                for x in m.all_input_nodes:
+                    if view_root(x) in a.members and not self._reaches_in_order(a, x):
+                        return False
         saved = (host.reduce_axes, host.col_axes, set(host.members))
         ok = True
         for m in other.nodes:
