@@ -17,6 +17,9 @@ sums, so no activation reduce is needed. Across steps the output and sums are re
 causal key blocks right of the diagonal are never computed. Each query tile's three passes over its
 scores (max, exp, P^T eviction) are all VectorE/ScalarE work: evictions go to whichever of the two has
 less work so far, priced by the cost model, and four query tiles are in flight (own PSUM banks).
+Q and K come in 512-row groups, four rows per partition when the lengths allow (1 KiB DMA descriptors
+instead of one 256-byte row each), put back in row order by strided PSUM evictions; the logsumexp is
+finished and stored once per batch entry with the heads innermost, where torch keeps it contiguous.
 
 Backward (FA-2, nki.md §6.7), per (batch, head), per 128-key tile (dK, dV accumulated in PSUM over the
 query tiles): S recomputed, P = exp(scale*s - lse) straight from the saved logsumexp, dV += P^T dO,
@@ -189,6 +192,48 @@ def _load_T(kb: KernelBuilder, ctx: _Ctx, dst: TileRegion, stage: Tile, tp: Tile
     return sr
 
 
+def _rows_per_partition(x: _T4, S: int, D: int) -> int:
+    """Sequence rows one partition takes per DMA when a 512-row group is loaded at once: 4 (1 KiB of
+    bf16 per descriptor instead of 256 B) when the rows are contiguous and every group is whole, else 1."""
+    return 4 if S % NMAX == 0 and x.st[3] == 1 and x.st[2] == D else 1
+
+
+def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: int, D: int, dt: str,
+                  ps: Tile, r: int) -> Tile:
+    """Rows [g0, g0 + n) (n <= 512) of a head transposed: [D, n] in a [128, 512] tile. With r > 1 each
+    partition loads r consecutive rows in one descriptor; the r TensorE transposes then hold rows
+    r*p + j in column p, so their evictions write with stride r into a (128, 512 / r, r) tile whose
+    flattened free index is the row offset, and one GpSimd copy (an engine with room in this kernel)
+    makes it the plain 2-D tile TensorE operands must be."""
+    out = kb.tile((PMAX, NMAX), dt, prefix="xT")
+    if r > 1:
+        stage = kb.tile((PMAX, r, D), dt, prefix="x_rows")
+        kb.dma(stage.region(PMAX, r, D),
+               HBMAccess(x.param, x.off + b * x.st[0] + h * x.st[1] + g0 * x.st[2],
+                         ((r * x.st[2], PMAX), (x.st[2], r), (x.st[3], D))))
+        for j in range(r):
+            kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * j), (D, PMAX)),
+                     {"data": TileRegion(stage, (0, j, 0), (PMAX, 1, D))})
+        inter = kb.tile((PMAX, NMAX // r, r), dt, prefix="xT_strided")
+        for j in range(r):
+            bal.copy(TileRegion(inter, (0, 0, j), (D, PMAX, 1)), TileRegion(ps, (0, PMAX * j), (D, PMAX)))
+        kb.instr("gpsimd", "tensor_copy", out.region(D, NMAX), {"src": inter.region(D, NMAX // r, r)})
+        return out
+    stage = kb.tile((PMAX, BLOCKS_PER_BANK * D), dt, prefix="x_rows")
+    for jj in range(ceil_div(n, PMAX)):
+        cols = min(PMAX, n - PMAX * jj)
+        sr = TileRegion(stage, (0, D * jj), (cols, D))
+        kb.dma(sr, x.rows(b, h, g0 + PMAX * jj, cols, D))
+        kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * jj), (D, cols)), {"data": sr})
+    bal.copy(out.region(D, n) if n == NMAX else TileRegion(out, (0, 0), (D, n)), TileRegion(ps, (0, 0), (D, n)))
+    return out
+
+
+def _cols(t: Tile, c0: int, w: int, parts: int) -> TileRegion:
+    """Columns [c0, c0 + w) of a tile from ``_load_group_T``."""
+    return TileRegion(t, (0, c0), (parts, w))
+
+
 # ------------------------------------------------------------------------------------ forward
 class _Balance:
     """VectorE / ScalarE work of the forward, priced by the cost model as it is emitted, so each
@@ -279,8 +324,6 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
                 bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
                 tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
-                qs=kb.tile((PMAX, D), dt, prefix="q_rows"),
-                qT=kb.tile((PMAX, PMAX), dt, prefix="qT"),
                 st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
                 osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
                 oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
@@ -290,23 +333,21 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             # also yields the row sums
             per = BLOCKS_PER_BANK
             kT, vr = [], []
+            rk, rq = _rows_per_partition(k, Sk, D), _rows_per_partition(q, Sq, D)
             for g in range(ceil_div(nk, per)):
                 ps = sets[g % nsets]["s"][(g // nsets) % nb]
-                stage = kb.tile((PMAX, per * D), dt, prefix="k_rows")
-                kT.append(kb.tile((PMAX, NMAX), dt, prefix="kT"))
+                kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, ps, rk))
                 vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
                 kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
-                w = 0
                 for j in range(g * per, min(nk, (g + 1) * per)):
                     cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
-                    sr = TileRegion(stage, (0, D * jj), (cols, D))
-                    kb.dma(sr, k.rows(b, h, PMAX * j, cols, D))
-                    kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * jj), (D, cols)), {"data": sr})
                     kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
-                    w = PMAX * jj + cols
-                bal.copy(kT[-1].region(D, w), TileRegion(ps, (0, 0), (D, w)))
+            qT = None
             for i in range(nq):
-                _fwd_qtile(kb, ctx, bal, sets[i % nsets], q, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
+                if i % per == 0:   # Q^T of the next 512 queries, transposed in the bank its first tile uses
+                    qT = _load_group_T(kb, bal, q, b, h, PMAX * i, min(NMAX, Sq - PMAX * i), D, dt,
+                                       sets[i % nsets]["s"][-1], rq)
+                _fwd_qtile(kb, ctx, bal, sets[i % nsets], qT, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
                            D, step)
         if lse is not None:
             _store_lse(kb, ctx, bal, lse, lsecols, b, Sq, nq, H)
@@ -331,7 +372,7 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
                TileRegion(mt, (0, full, 0), (rem, 1, H)))
 
 
-def _fwd_qtile(kb, ctx, bal, ts, q, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
+def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
     """One 128-query tile: per key step, S = Q K^T into the set's PSUM banks (causal diagonal block
     masked by a matmul accumulating -BIG above the diagonal), row max straight from PSUM (VectorE),
     P = exp(scale * s - scale * m) in the matmul dtype (ScalarE), P^T by TensorE into the same banks,
@@ -340,12 +381,7 @@ def _fwd_qtile(kb, ctx, bal, ts, q, out, lsecols, kT, vr, ident, trim, b, h, i, 
     rows = min(PMAX, Sq - PMAX * i)
     q0 = PMAX * i
     scale = ctx.scale
-    qT = TileRegion(ts["qT"], (0, 0), (D, rows))
-    sr = ts["qs"].region(rows, D)
-    kb.dma(sr, q.rows(b, h, q0, rows, D))
-    tp = TileRegion(ts["s"][-1], (0, 0), (D, rows))
-    kb.instr("tensor", "nc_transpose", tp, {"data": sr})
-    bal.copy(qT, tp)
+    qT = _cols(qTg, PMAX * (i % BLOCKS_PER_BANK), rows, D)
     kend = min(Sk, q0 + rows) if ctx.causal else Sk   # causal: key k <= query q (top-left aligned)
     st = ts["st"]
 
@@ -366,7 +402,7 @@ def _fwd_qtile(kb, ctx, bal, ts, q, out, lsecols, kT, vr, ident, trim, b, h, i, 
             cw = min(NMAX, k0 + kw - c0)
             sp = ts["s"][bi].region(rows, cw)
             kb.instr("tensor", "nc_matmul", sp, {"stationary": qT,
-                                                  "moving": TileRegion(kT[c0 // NMAX], (0, c0 % NMAX), (D, cw))},
+                                                  "moving": _cols(kT[c0 // NMAX], c0 % NMAX, cw, D)},
                      accumulate=False)
             if trim is not None and c0 + cw - 1 > q0:   # the diagonal block [q0, q0 + dw) of this bank
                 dw = c0 + cw - q0
