@@ -182,16 +182,6 @@ def _ctx(kb, sources, vals, shape4, D: int) -> _Ctx:
     return _Ctx(kb, scale, bool(vals.get("is_causal")), mask, mbool)
 
 
-def _load_T(kb: KernelBuilder, ctx: _Ctx, dst: TileRegion, stage: Tile, tp: Tile, acc: HBMAccess,
-            rows: int, D: int) -> TileRegion:
-    """Rows [rows, D] into ``stage`` and their transpose [D, rows] into ``dst`` (via TensorE)."""
-    sr = stage.region(rows, D)
-    kb.dma(sr, acc)
-    kb.instr("tensor", "nc_transpose", tp.region(D, rows), {"data": sr})
-    ctx.evict(dst, tp.region(D, rows))
-    return sr
-
-
 def _rows_per_partition(x: _T4, S: int, D: int) -> int:
     """Sequence rows one partition takes per DMA when a 512-row group is loaded at once: 4 (1 KiB of
     bf16 per descriptor instead of 256 B) when the rows are contiguous and every group is whole, else 1."""
