@@ -190,46 +190,35 @@ def load_file(path: str) -> ModuleType:
     return module
 
 
-# ---------------------------------------------------------------------------------------- fallbacks
+# ------------------------------------------------------------------------ fallbacks and collectives
 
-_fallback_lock = threading.Lock()
-_fallback_counts: dict[str, int] = {}
+class _CallCounter:
+    """Thread-safe calls per op name: what the generated wrappers report as they run."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
 
-def count_fallback(op: str) -> None:
-    """Record one eager call of a declared fallback (tests and reports read the totals)."""
-    with _fallback_lock:
-        _fallback_counts[op] = _fallback_counts.get(op, 0) + 1
+    def count(self, op: str) -> None:
+        with self._lock:
+            self._counts[op] = self._counts.get(op, 0) + 1
 
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
-def fallback_counts() -> dict[str, int]:
-    """A snapshot of fallback calls per op since the last reset."""
-    with _fallback_lock:
-        return dict(_fallback_counts)
-
-
-def reset_fallback_counts() -> None:
-    with _fallback_lock:
-        _fallback_counts.clear()
-
-
-# -------------------------------------------------------------------------------------- collectives
-
-_collective_counts: dict[str, int] = {}
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
 
 
-def count_collective(op: str) -> None:
-    """Record one call of a declared collective (kept apart from fallbacks: not a missing lowering)."""
-    with _fallback_lock:
-        _collective_counts[op] = _collective_counts.get(op, 0) + 1
+_fallbacks = _CallCounter()
+#: declared collectives are counted apart from fallbacks: they are not a missing lowering
+_collectives = _CallCounter()
 
-
-def collective_counts() -> dict[str, int]:
-    """A snapshot of collective calls per op since the last reset."""
-    with _fallback_lock:
-        return dict(_collective_counts)
-
-
-def reset_collective_counts() -> None:
-    with _fallback_lock:
-        _collective_counts.clear()
+count_fallback = _fallbacks.count          # one eager call of a declared fallback
+fallback_counts = _fallbacks.snapshot      # fallback calls per op since the last reset
+reset_fallback_counts = _fallbacks.reset
+count_collective = _collectives.count      # one call of a declared collective
+collective_counts = _collectives.snapshot
+reset_collective_counts = _collectives.reset
