@@ -36,7 +36,7 @@ def test_addmm_linear_epilogue():
     x, w, bias = randn((300, 130)), randn((600, 130), seed=1), randn((600,), seed=2)
     check_cases(lambda x, w, b: (torch.addmm(b, x, w.t()), F.gelu(F.linear(x, w, b)),
                                  torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0)),
-                [(x, w, bias)], grad=True, atol=1e-4)
+                [(x, w, bias)], grad=True, atol=1e-4, rtol=1e-4)  # x.grad sums 3 x 600 products
 
 
 def test_bmm_baddbmm():
