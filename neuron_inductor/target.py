@@ -106,6 +106,11 @@ TRN2 = Target(
     vector_bf16_perf_elems_per_cycle=512,
 )
 
+#: the module-level name under which a generated kernel module records the target it was compiled
+#: for (``PLATFORM_TARGET = "trn2"``): the simulator checks that target's rules and limits, the device
+#: path passes it to the NKI compiler as ``NEURON_PLATFORM_TARGET_OVERRIDE``
+KERNEL_TARGET_NAME = "PLATFORM_TARGET"
+
 TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, TRN2)}
 
 

@@ -55,9 +55,9 @@ def resolve_engine(name: str, engine: str | None, ops: dict[str, Any], attrs: di
     if name == "tensor_tensor":
         if name_of(attrs.get("op")) == "power":
             return "gpsimd"
-        if tiles and all(t.dtype in ("int32", "uint32") for t in tiles) and \
-                all(t.memory != "psum" for t in tiles):
-            return "gpsimd"  # tensor_tensor: all-int32/uint32 tiles default to GpSimd
+        if name_of(attrs.get("op")) not in BITVEC and tiles and \
+                all(t.dtype in ("int32", "uint32") for t in tiles) and all(t.memory != "psum" for t in tiles):
+            return "gpsimd"  # arithmetic on all-int32/uint32 tiles defaults to GpSimd (native integers)
     if name == "nc_transpose":
         d, x = ops.get("dst"), ops.get("data")
         if isinstance(d, Opnd) and isinstance(x, Opnd) and (x.memory, d.memory) != ("sbuf", "psum"):

@@ -123,5 +123,9 @@ class Finding:
     def citation(self) -> str:
         return RULES[self.rule].citation
 
+    def cited(self) -> str:
+        """The detail with its citation (callers that print the rule id themselves)."""
+        return f"{self.detail} (NKI docs: {self.citation})"
+
     def message(self) -> str:
-        return f"[{self.rule}] {self.detail} (NKI docs: {self.citation})"
+        return f"[{self.rule}] {self.cited()}"

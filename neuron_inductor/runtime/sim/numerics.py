@@ -123,8 +123,13 @@ for _name, _fn in {"equal": np.equal, "not_equal": np.not_equal, "greater": np.g
 for _name, _fn in {"logical_and": np.logical_and, "logical_or": np.logical_or,
                    "logical_xor": np.logical_xor}.items():
     BINARY[_name] = Op(_name, "logical", _logical(_fn))
+for _name, _fn in {"abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+                   "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b))}.items():
+    BINARY[_name] = Op(_name, "arith", _f32(_fn))
 for _name, _fn in {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-                   "bitwise_xor": np.bitwise_xor}.items():
+                   "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift,
+                   "right_shift": lambda a, b: (a & 0xFFFFFFFF) >> b,
+                   "invert": lambda a, b: np.invert(a)}.items():
     BINARY[_name] = Op(_name, "bitvec", _fn)
 
 #: ops that may be used as a reduction (``tensor_reduce`` / ``activation(reduce_op=)``)
@@ -132,6 +137,13 @@ REDUCERS: dict[str, Callable] = {"add": np.add.reduce, "maximum": np.maximum.red
                                  "minimum": np.minimum.reduce, "multiply": np.multiply.reduce}
 
 ALL_OPS: dict[str, Op] = {**ACTIVATIONS, **BINARY}
+
+
+def unary_alu(name: str) -> Callable:
+    """The numpy function of a unary ALU operator (abs, square, relu, rsqrt, reciprocal): the same
+    math as the activation function of that name, with the operand ignored."""
+    fn = ACTIVATIONS[name].fn
+    return lambda a, _b: fn(a)
 
 # numpy ufuncs (classic NKI accepted np.add etc.) map onto the same ops
 _UFUNCS = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
