@@ -41,7 +41,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     gm = run_passes(gm)  # the cache key was taken before; AOT does not reuse gm
     lowered = lower_graph(gm, cfg, name)
     program = lowered.program
-    kernels_src = generate_kernels_module(program.kernels, graph_name=name)
+    kernels_src = generate_kernels_module(program.kernels, graph_name=name, target=cfg.target)
     check_kernel_source(kernels_src)
     wrapper_src = generate_wrapper_module(program)
     counters["graphs_compiled"] += 1

@@ -178,7 +178,7 @@ def _c_tensor_scalar(out, eng, t, ops, attrs) -> None:
     for a, (_, role) in zip(alus, steps):
         if a is None:
             continue
-        v = ops.get(role)
+        v = ops[role] if role in ops else attrs.get(role)
         if a in BITVEC:
             _ints(out, "tensor_scalar", a, ops, ("dst", "data", role))
             continue
@@ -215,10 +215,10 @@ def _c_activation(out, eng, t, ops, attrs) -> None:
         out.append(Finding("activation-reduce-add", f"activation reduce_op={name_of(r) or r!r}; must be nl.add"))
     for role in ("dst", "data", "scale", "bias", "reduce_res"):
         _mem(out, "activation", ops, role, ("sbuf", "psum"))
-    sc = ops.get("scale")
+    sc = ops["scale"] if "scale" in ops else attrs.get("scale")
     if isinstance(sc, Opnd) and sc.dtype is not None and sc.dtype != "float32":
         out.append(Finding("activation-scale-fp32", f"activation scale tile is {sc.dtype}; must be float32"))
-    b = ops.get("bias")
+    b = ops["bias"] if "bias" in ops else attrs.get("bias")
     if b is not None:
         if not isinstance(b, Opnd) and t.nc_version < 3:
             out.append(Finding("activation-bias", f"activation bias={b!r} is a scalar; NeuronCore-v2 "
