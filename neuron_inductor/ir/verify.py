@@ -31,8 +31,11 @@ RULES = (
 class IRVerificationError(ValueError):
     """A kernel (or host program) breaks a hardware or structural rule."""
 
-    def __init__(self, kernel: str, rule: str, detail: str, stmt: str = "") -> None:
+    def __init__(self, kernel: str, rule: str, detail: str, stmt: str = "",
+                 findings: list[tuple[str, str, str]] | None = None) -> None:
         self.kernel, self.rule, self.detail, self.stmt = kernel, rule, detail, stmt
+        #: every instruction-specification violation of the kernel: (rule, detail, statement)
+        self.findings = findings or [(rule, detail, stmt)]
         at = f"\n    at: {stmt}" if stmt else ""
         super().__init__(f"kernel {kernel}: [{rule}] {detail}{at}")
 
@@ -95,6 +98,8 @@ class _KernelVerifier:
         self.written: set[int] = set()
         self.names: dict[str, object] = {}
         self.hbm = {id(h): h for h in list(k.params) + list(k.outputs)}
+        #: instruction-specification findings, gathered over the whole kernel and raised together
+        self.conformance: list[tuple[str, str, str]] = []
 
     def fail(self, rule: str, detail: str, stmt: Stmt | None = None, ranges: dict | None = None) -> None:
         text = format_stmt(stmt, ranges) if stmt is not None else ""
@@ -108,10 +113,19 @@ class _KernelVerifier:
             if o.kind != "output":
                 self.fail("unique-names", f"{o.name} is listed as an output but has kind {o.kind!r}")
         self.block(self.k.body, (), set(), {})
+        if self.conformance:
+            rule, detail, stmt = self.conformance[0]
+            more = len(self.conformance) - 1
+            raise IRVerificationError(self.k.name, rule, detail + (f" (+{more} more NKI conformance "
+                                      "finding(s))" if more else ""), stmt, self.conformance)
         for h in self.k.returned:
             if id(h) not in self.written:
                 self.fail("output-written", f"{h.kind} tensor {h.name} is never the destination of a DMA")
         self.capacity()
+
+    def spec_findings(self, findings: list, stmt: Stmt, ranges: dict) -> None:
+        text = format_stmt(stmt, ranges)
+        self.conformance += [(f.rule, f.cited(), text) for f in findings]
 
     def name(self, name: str, obj: object, stmt: Stmt | None) -> None:
         prev = self.names.setdefault(name, obj)
@@ -222,8 +236,7 @@ class _KernelVerifier:
             base = tuple(getattr(a.tensor, "shape", None) or (a.tensor.numel,))
             pattern = [[x if _is_int(x) else None for x in pair] for pair in a.pattern]
             findings += check_indirect(base, "hbm", pattern, 0, _opnd(a.indirect))
-        if findings:
-            self.fail(findings[0].rule, findings[0].cited(), s, ranges)
+        self.spec_findings(findings, s, ranges)
         if len(a.sizes) != len(r.sizes) or any(
                 sympy.expand(sympy.sympify(x) - sympy.sympify(y)) != 0 for x, y in zip(a.sizes, r.sizes)):
             self.fail("dma-shape", f"HBM side counts {list(a.sizes)} != tile side sizes {list(r.sizes)}", s, ranges)
@@ -251,9 +264,7 @@ class _KernelVerifier:
         ops = {k: _opnd(r) for k, r in regions.items()}
         ops.update({k: v for k, v in s.srcs.items() if not isinstance(v, TileRegion)})
         attrs = {k: v for k, v in s.attrs.items() if not isinstance(v, TileRegion)}
-        findings = check_instr(s.op, s.engine, self.t, ops, attrs)
-        if findings:
-            self.fail(findings[0].rule, findings[0].cited(), s, ranges)
+        self.spec_findings(check_instr(s.op, s.engine, self.t, ops, attrs), s, ranges)
         check = getattr(self, f"op_{s.op}", None)
         if check:
             check(s, regions, ranges)
