@@ -1,4 +1,4 @@
-"""``neuron-inductor``: the command line (``--version``, ``doctor``, ``cache ...``).
+"""``neuron-inductor``: the command line (``--version``, ``doctor``, ``lint DIR``, ``cache ...``).
 
 ``doctor`` answers the first questions of any bug report in one go: which target and runtime
 (device or simulator) would be used, whether this host looks like a Trainium and why, the versions
@@ -263,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--json", action="store_true", help="print the lists as JSON")
     ops.add_argument("--all", action="store_true", help="also list the decomposed ops")
     ops.set_defaults(func=_cmd_ops)
+    from .cli_lint import add_lint_parser
+    add_lint_parser(sub)
     if add_cache_parser is not None:
         add_cache_parser(sub)
     return parser

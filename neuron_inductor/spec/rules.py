@@ -45,7 +45,7 @@ _RULES = [
     Rule("bitvec-integer", "bitvec operators need integer input/output dtypes",
          f"{SHARED} tbl-aluop intro; {ISA} tensor_tensor/tensor_scalar/tensor_reduce 'Data types'"),
     Rule("tensor-scalar-fp32-operand", "with arithmetic operators, tensor_scalar operand0/operand1 must "
-         "be float32 (a float literal or a float32 [P, 1] tile)",
+         "be float32: a [P, 1] tile operand must be a float32 tile (number literals are converted)",
          f"{ISA} tensor_scalar 'the operand0 and operand1 (if used) must be float32'"),
     Rule("unary-operand", "a unary operator's operand must be None or 0",
          f"{ISA} tensor_scalar operand0 'Must be None or 0 when op0 is a unary operator'"),
@@ -90,8 +90,8 @@ _RULES = [
          f"{ISA} tensor_tensor 'cannot both reside in PSUM'; tensor_copy_predicated"),
     Rule("predicate-dtype", "tensor_copy_predicated: predicate uint8/uint16/uint32; src and dst same dtype",
          f"{ISA} tensor_copy_predicated 'Shape and data type constraints'"),
-    Rule("memset-literal-type", "memset value must match the destination dtype (int literal for integer "
-         "tiles, float literal for float tiles)", f"{MIG} 'nisa.memset — strict type matching'"),
+    Rule("memset-literal-type", "memset value must match the destination dtype: integer tiles take an "
+         "integer literal", f"{MIG} 'nisa.memset — strict type matching'"),
     Rule("dtype-known", "tiles use a dtype of table tbl-dtype", f"{SHARED} tbl-dtype"),
     Rule("iota-pattern", "iota pattern has at most 4 [step, num] pairs whose counts multiply to the "
          "elements per partition of dst", f"{ISA} iota"),
