@@ -378,9 +378,10 @@ def activation_range_finding(op: Any, values: np.ndarray) -> Finding | None:
     if f is None or f not in ACT_RANGE or values.size == 0:
         return None
     lo, hi, magnitude = ACT_RANGE[f]
-    v = np.asarray(values, dtype=np.float64)
+    # compared in float32, the engine's precision: float32(pi) is a valid sin input
+    v = np.asarray(values, dtype=np.float32)
     x = np.abs(v) if magnitude else v
-    bad = ~np.isnan(x) & ((x < lo) | (x > hi))
+    bad = ~np.isnan(x) & ((x < np.float32(lo)) | (x > np.float32(hi)))
     if not bad.any():
         return None
     first = float(v[bad].flat[0])

@@ -22,7 +22,7 @@ from neuron_inductor import spec
 
 from . import dtypes as dt
 from .errors import refuse
-from .numerics import ALL_OPS, REDUCERS, unary_alu
+from .numerics import ALL_OPS, INT_NATIVE, REDUCERS, unary_alu
 from .state import KernelContext, require_kernel
 from .tensor import AccessPattern, Tensor
 
@@ -170,14 +170,15 @@ def _apply(op: Any, fn: Callable, a: np.ndarray, b: Any, native_int: bool) -> np
     """``a op b``: bitvec exactly on integers, GpSimd integer arithmetic in wrapping 32-bit, the
     rest in float32."""
     name = spec.name_of(op)
-    if name in spec.ops.BITVEC or native_int:
-        r = fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
-        if native_int and name not in spec.ops.BITVEC:
-            r = np.asarray(r)
-            if r.dtype.kind == "f":
-                return r
-            return (r.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
-        return r
+    if native_int and name not in spec.ops.BITVEC:
+        native = INT_NATIVE.get(name or "")
+        if native is None:
+            raise refuse("unsupported-op", f"operator {op!r} on GpSimd integers is not implemented "
+                         "by the simulator")
+        r = np.asarray(native(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)))
+        return (r.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    if name in spec.ops.BITVEC:
+        return fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
     return fn(dt.to_f32(np.asarray(a)), dt.to_f32(np.asarray(b)))
 
 
@@ -383,11 +384,11 @@ def tensor_reduce(ctx: KernelContext, *, dst: Any, op: Any, data: Any, axis: Any
         raise refuse("unsupported-op", f"{api}: reduction {op!r} is not implemented by the simulator")
     axes = tuple(sorted(int(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
     if 0 in axes:
-        raise refuse("reduce-axis", f"{api}: axis {list(axes)} includes the partition axis 0; "
-                     "reduce across partitions with a transpose or a matmul", x)
+        _raise_finding(spec.Finding("reduce-axis", f"{api}: axis {list(axes)} includes the partition "
+                                    "axis 0; reduce across partitions with a transpose or a matmul"), x)
     if not axes or axes != tuple(range(axes[0], x.ndim)):
-        raise refuse("reduce-axis", f"{api}: axis {list(axes)} must be contiguous free axes "
-                     f"ending at the last axis {x.ndim - 1}", x)
+        _raise_finding(spec.Finding("reduce-axis", f"{api}: axis {list(axes)} must be contiguous free "
+                                    f"axes ending at the last axis {x.ndim - 1}"), x)
     _same_partitions(api, d, x)
     res = REDUCERS[name](dt.to_f32(x.array), axis=axes, keepdims=True)
     if negate:
@@ -461,8 +462,8 @@ def iota(ctx: KernelContext, *, dst: Any, pattern: Any, offset: int = 0,
         raise refuse("operand", f"{api}: pattern must be [[stride, count], ...]", d) from None
     counts = [c for _, c in pat]
     if int(np.prod(counts)) != d.free_size:
-        raise refuse("iota-pattern", f"{api}: pattern counts {counts} do not multiply to the "
-                     f"{d.free_size} elements per partition of dst {list(d.shape)}", d)
+        _raise_finding(spec.Finding("iota-pattern", f"{api}: pattern counts {counts} do not multiply to "
+                                    f"the {d.free_size} elements per partition of dst {list(d.shape)}"), d)
     v = np.full((d.partitions,) + tuple(counts), int(offset), dtype=np.int64)
     nd = v.ndim
     v += (np.arange(d.partitions, dtype=np.int64) * int(channel_multiplier)).reshape(

@@ -139,6 +139,17 @@ REDUCERS: dict[str, Callable] = {"add": np.add.reduce, "maximum": np.maximum.red
 ALL_OPS: dict[str, Op] = {**ACTIVATIONS, **BINARY}
 
 
+#: GpSimd's native 32-bit integer arithmetic (all-int32/uint32 tensor_tensor), computed on int64 and
+#: wrapped to 32 bits by the caller; comparisons give 1/0
+INT_NATIVE: dict[str, Callable] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
+    "minimum": np.minimum, "power": np.power,
+    **{n: (lambda f: lambda a, b: f(a, b).astype(np.int64))(f) for n, f in {
+        "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+        "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal}.items()},
+}
+
+
 def unary_alu(name: str) -> Callable:
     """The numpy function of a unary ALU operator (abs, square, relu, rsqrt, reciprocal): the same
     math as the activation function of that name, with the operand ignored."""
