@@ -45,21 +45,13 @@ def _target_info() -> dict[str, Any]:
 
 
 def _runtime_info(host: str | None) -> dict[str, Any]:
-    """Device or simulator, decided by the same function the kernel modules use."""
-    from neuron_inductor import config
-
-    wanted = config.get_config().runtime
-    toolchain = next((m for m in ("nki", "neuronxcc") if importlib.util.find_spec(m)), None)
-    facts = (f"runtime={wanted}; NKI toolchain: {toolchain or 'none'}; "
-             f"Trainium host: {host or 'no'}")
+    """Device or simulator, decided by the same function the kernel modules use, and why."""
     try:
         from neuron_inductor.runtime import nki as rt
     except Exception as exc:  # runtime package broken or absent: say so, do not guess
-        return {"mode": "unknown", "reason": f"{facts}; runtime.nki failed to import: {exc}"}
-    try:
-        return {"mode": rt.backend(), "reason": facts}
-    except RuntimeError as exc:  # runtime='device' without hardware or toolchain
-        return {"mode": "unavailable", "reason": str(exc)}
+        return {"mode": "unknown", "reason": f"runtime.nki failed to import: {exc}"}
+    info = rt.explain()
+    return {"mode": info["mode"], "reason": f"{info['reason']} (Trainium host: {host or 'no'})"}
 
 
 def _cache_info() -> dict[str, Any]:
