@@ -204,6 +204,8 @@ class _KernelLint:
             self.other_init.add(base.id)
             return
         acc = _const(kw["accumulate"]) if "accumulate" in kw else None
+        if acc is not True:  # overwrites (on its first iteration, for accumulate=k > 0)
+            self.other_init.discard(base.id)
         if acc is True:
             if base.id in self.other_init:
                 self.add(c, "matmul-accumulate-nonmatmul", f"nc_matmul(accumulate=True) into {base.id}, "

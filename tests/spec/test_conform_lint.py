@@ -57,6 +57,12 @@ def test_lint_finds(rule, body, target):
     assert rule in lint(body, target)
 
 
+def test_matmul_overwrite_after_memset_then_accumulate_is_fine():
+    assert lint("nisa.memset(dst=p, value=0.0)\n"
+                "nisa.nc_matmul(dst=p, stationary=t, moving=t, accumulate=False)\n"
+                "nisa.nc_matmul(dst=p, stationary=t, moving=t, accumulate=True)") == []
+
+
 def test_conforming_kernel_is_clean_and_target_matters():
     ok = "nisa.tensor_copy(dst=u, src=t, engine=nisa.scalar_engine)"
     assert lint(ok, "trn2") == []
