@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import sympy
 
-from ..spec import COMPUTE_INSTRS, INSTRS
+from ..spec import COMPUTE_INSTRS, ENGINES, INSTRS  # noqa: F401 - ENGINES re-exported
 
 Expr = Union[sympy.Expr, int]
 
@@ -30,7 +30,6 @@ DTYPE_BYTES: dict[str, int] = {
 FLOAT_DTYPES = frozenset({"float32", "bfloat16", "float16"})
 
 MEMORIES = ("sbuf", "psum")
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 
 
 def loop_var(name: str) -> sympy.Symbol:

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import sympy
 
-from ..spec import INT_DTYPES, Opnd, check_indirect, check_instr
+from ..spec import INT_DTYPES, Opnd, check_indirect, check_instr, reduce_axis_finding
 from ..target import Target
 from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
@@ -287,15 +287,9 @@ class _KernelVerifier:
 
     def op_tensor_reduce(self, s: Instr, regions: dict, ranges: dict) -> None:
         self.need(s, regions, ("data",), ranges)
-        axis = s.attrs.get("axis", (1,))
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        rank = len(regions["data"].sizes)
-        if not axis or 0 in axis:
-            self.fail("reduce-axis", f"tensor_reduce axis {axis} includes the partition axis 0", s, ranges)
-        ax = sorted(int(a) % rank for a in axis)
-        if ax[-1] != rank - 1 or ax != list(range(ax[0], rank)):
-            self.fail("reduce-axis", f"tensor_reduce axis {axis} must be contiguous free axes ending at the "
-                      f"last axis ({rank - 1})", s, ranges)
+        f = reduce_axis_finding(s.attrs.get("axis", (1,)), len(regions["data"].sizes))
+        if f is not None:
+            self.fail(f.rule, f.cited(), s, ranges)
 
     # ------------------------------------------------------------------ capacity
     def capacity(self) -> None:

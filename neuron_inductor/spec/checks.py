@@ -340,6 +340,22 @@ _CHECKS = {
 }
 
 
+def reduce_axis_finding(axis: Any, rank: int) -> Finding | None:
+    """``reduce-axis``: tensor_reduce reduces the last contiguous free axes (never axis 0)."""
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    try:
+        ax = sorted(int(a) % rank for a in axes)
+    except (TypeError, ValueError):
+        return Finding("reduce-axis", f"tensor_reduce axis={axis!r} is not a list of ints")
+    if not ax or 0 in ax:
+        return Finding("reduce-axis", f"tensor_reduce axis {list(axes)} includes the partition axis 0; "
+                       "reduce across partitions with a transpose or a matmul")
+    if ax != list(range(ax[0], rank)):
+        return Finding("reduce-axis", f"tensor_reduce axis {list(axes)} must be contiguous free axes ending "
+                       f"at the last axis {rank - 1}")
+    return None
+
+
 def check_indirect(base_shape: tuple[int, ...] | None, base_memory: str, pattern: list | tuple,
                    indirect_dim: int, offsets: Opnd | None) -> list[Finding]:
     """Rules of ``tensor.ap(pattern=, vector_offset=, indirect_dim=)``: HBM base, dim 0, ``[P, 1]``

@@ -382,13 +382,8 @@ def tensor_reduce(ctx: KernelContext, *, dst: Any, op: Any, data: Any, axis: Any
     name = spec.name_of(op)
     if name not in REDUCERS:
         raise refuse("unsupported-op", f"{api}: reduction {op!r} is not implemented by the simulator")
-    axes = tuple(sorted(int(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
-    if 0 in axes:
-        _raise_finding(spec.Finding("reduce-axis", f"{api}: axis {list(axes)} includes the partition "
-                                    "axis 0; reduce across partitions with a transpose or a matmul"), x)
-    if not axes or axes != tuple(range(axes[0], x.ndim)):
-        _raise_finding(spec.Finding("reduce-axis", f"{api}: axis {list(axes)} must be contiguous free "
-                                    f"axes ending at the last axis {x.ndim - 1}"), x)
+    _raise_finding(spec.reduce_axis_finding(axis, x.ndim), x)
+    axes = tuple(sorted(int(a) % x.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
     _same_partitions(api, d, x)
     res = REDUCERS[name](dt.to_f32(x.array), axis=axes, keepdims=True)
     if negate:
