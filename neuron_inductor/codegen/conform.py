@@ -21,7 +21,8 @@ from .. import spec
 from ..target import KERNEL_TARGET_NAME, TARGETS
 from .check import KernelCheckError
 
-_PARAM_LINE = re.compile(r"^\s+(\w+): (\w+)\[(\d+)\] \((\w+)\)\s*$")
+#: ``in0: float32[4096] (input)`` in the kernel docstring; a shaped base reads ``float32[32, 128]``
+_PARAM_LINE = re.compile(r"^\s+(\w+): (\w+)\[(\d+(?:, *\d+)*)\] \((\w+)\)\s*$")
 _UNKNOWN = object()
 
 
@@ -90,7 +91,7 @@ class _KernelLint:
         for line in doc.splitlines():
             m = _PARAM_LINE.match(line)
             if m:
-                self.bufs[m.group(1)] = _Buf("hbm", m.group(2), (int(m.group(3)),))
+                self.bufs[m.group(1)] = _Buf("hbm", m.group(2), tuple(int(x) for x in m.group(3).split(",")))
 
     def add(self, node: ast.AST, rule: str, detail: str) -> None:
         self.findings.append(LintFinding(self.fn.name, getattr(node, "lineno", 0), rule, detail))

@@ -57,6 +57,14 @@ def test_lint_finds(rule, body, target):
     assert rule in lint(body, target)
 
 
+def test_shaped_parameter_gives_the_indirect_row_stride():
+    src = HEAD.format(t="trn2") + KERNEL.format(body="    nisa.dma_copy(dst=t, src=in0.ap(pattern=[[8, 16], [1, 8]], "
+                                                     "offset=0, vector_offset=idx, indirect_dim=0))")
+    assert [f.rule for f in conformance_findings(src)] == ["indirect-dma-row-stride"]
+    shaped = src.replace("in0: float32[128] (input)", "in0: float32[16, 8] (input)")
+    assert conformance_findings(shaped) == []
+
+
 def test_matmul_overwrite_after_memset_then_accumulate_is_fine():
     assert lint("nisa.memset(dst=p, value=0.0)\n"
                 "nisa.nc_matmul(dst=p, stationary=t, moving=t, accumulate=False)\n"
