@@ -78,7 +78,10 @@ def _doc_safe(text: str) -> str:
 
 
 def _hbm_line(t: HBMTensor) -> str:
-    return f"{t.name}: {t.dtype}[{t.numel}] ({t.kind})"
+    """``name: dtype[numel] (kind)``, or ``dtype[R, C]`` for a tensor with a shape (the static
+    conformance check reads the indirect-DMA row stride from it)."""
+    shape = getattr(t, "shape", None) or (t.numel,)
+    return f"{t.name}: {t.dtype}[{', '.join(str(n) for n in shape)}] ({t.kind})"
 
 
 def _docstring(k: Kernel) -> list[str]:
