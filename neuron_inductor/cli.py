@@ -1,4 +1,4 @@
-"""``neuron-inductor``: the command line (``--version``, ``doctor``, ``cache ...``).
+"""``neuron-inductor``: the command line (``--version``, ``doctor``, ``lint DIR``, ``cache ...``).
 
 ``doctor`` answers the first questions of any bug report in one go: which target and runtime
 (device or simulator) would be used, whether this host looks like a Trainium and why, the versions
@@ -45,21 +45,13 @@ def _target_info() -> dict[str, Any]:
 
 
 def _runtime_info(host: str | None) -> dict[str, Any]:
-    """Device or simulator, decided by the same function the kernel modules use."""
-    from neuron_inductor import config
-
-    wanted = config.get_config().runtime
-    toolchain = next((m for m in ("nki", "neuronxcc") if importlib.util.find_spec(m)), None)
-    facts = (f"runtime={wanted}; NKI toolchain: {toolchain or 'none'}; "
-             f"Trainium host: {host or 'no'}")
+    """Device or simulator, decided by the same function the kernel modules use, and why."""
     try:
         from neuron_inductor.runtime import nki as rt
     except Exception as exc:  # runtime package broken or absent: say so, do not guess
-        return {"mode": "unknown", "reason": f"{facts}; runtime.nki failed to import: {exc}"}
-    try:
-        return {"mode": rt.backend(), "reason": facts}
-    except RuntimeError as exc:  # runtime='device' without hardware or toolchain
-        return {"mode": "unavailable", "reason": str(exc)}
+        return {"mode": "unknown", "reason": f"runtime.nki failed to import: {exc}"}
+    info = rt.explain()
+    return {"mode": info["mode"], "reason": f"{info['reason']} (Trainium host: {host or 'no'})"}
 
 
 def _cache_info() -> dict[str, Any]:
@@ -263,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--json", action="store_true", help="print the lists as JSON")
     ops.add_argument("--all", action="store_true", help="also list the decomposed ops")
     ops.set_defaults(func=_cmd_ops)
+    from .cli_lint import add_lint_parser
+    add_lint_parser(sub)
     if add_cache_parser is not None:
         add_cache_parser(sub)
     return parser

@@ -34,6 +34,7 @@ def reset_counters() -> None:
 def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Artifact:
     """Run the whole pipeline on ``gm`` and return the generated sources with their metadata."""
     from .codegen import check_kernel_source, generate_kernels_module, generate_wrapper_module
+    from .codegen.conform import check_conformance
     from .graph.passes import run_passes
     from .lowering import lower_graph
 
@@ -41,7 +42,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     gm = run_passes(gm)  # the cache key was taken before; AOT does not reuse gm
     lowered = lower_graph(gm, cfg, name)
     program = lowered.program
-    kernels_src = generate_kernels_module(program.kernels, graph_name=name)
+    kernels_src = generate_kernels_module(program.kernels, graph_name=name, target=cfg.target)
     check_kernel_source(kernels_src)
     wrapper_src = generate_wrapper_module(program)
     counters["graphs_compiled"] += 1
@@ -67,6 +68,8 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     sources = {"kernels.py": kernels_src, "wrapper.py": wrapper_src}
     if cfg.debug_dir:
         _dump(Path(cfg.debug_dir) / name, gm, lowered, sources)
+    # after the dump, so `neuron-inductor lint DIR` can show a refused module; a refusal is never cached
+    check_conformance(kernels_src)
     return Artifact(sources, meta)
 
 

@@ -48,6 +48,9 @@ class Target:
     #: VectorE perf mode for SBUF-contiguous bf16/fp16 tensor_copy / tensor_scalar (nki.md §5.2,
     #: trn2 "512 elems/cycle for BF16/FP16 ... 4x"); trn2 tensor_tensor bf16 "2x" equals the 256 above
     vector_bf16_perf_elems_per_cycle: int = 128
+    #: NeuronCore generation (``nisa.nc_version``): 2 = trn1/inf2, 3 = trn2; instruction rules that
+    #: differ per generation (neuron_inductor.spec) key on it
+    nc_version: int = 3
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -77,6 +80,7 @@ TRN1 = Target(
     dma_engine_bytes_per_s=17e9,
     dma_fixed_s=1.3e-6,
     peak_bf16_flops=91.75e12,
+    nc_version=2,
 )
 
 TRN2 = Target(
@@ -101,6 +105,11 @@ TRN2 = Target(
     vector_elems_per_cycle=256,
     vector_bf16_perf_elems_per_cycle=512,
 )
+
+#: the module-level name under which a generated kernel module records the target it was compiled
+#: for (``PLATFORM_TARGET = "trn2"``): the simulator checks that target's rules and limits, the device
+#: path passes it to the NKI compiler as ``NEURON_PLATFORM_TARGET_OVERRIDE``
+KERNEL_TARGET_NAME = "PLATFORM_TARGET"
 
 TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, TRN2)}
 

@@ -3,7 +3,8 @@
 An AST allowlist, not a blocklist: anything not explicitly allowed is refused. Inside ``@nki.jit``
 functions the only calls are ``nl.*``, ``nisa.*``, ``<tensor>.ap(...)`` and the builtins min / max /
 range / len (plus ``float('inf'|'-inf'|'nan')`` literals); arithmetic is ``+ - * // %`` and single
-comparisons on ints; the module imports nothing but the standard header. This is what lets the same source run on the real
+comparisons on ints; the module imports nothing but the standard header and records its target in one
+``PLATFORM_TARGET = "<target>"`` assignment. This is what lets the same source run on the real
 NKI toolchain and on our simulator, and it keeps host compute (torch / numpy) out of kernels.
 """
 from __future__ import annotations
@@ -49,6 +50,8 @@ class _Checker:
                 seen_header = True
             elif isinstance(node, ast.FunctionDef):
                 self.function(node)
+            elif _is_target_record(node):
+                pass
             else:
                 self.fail(node, "only the header import and @nki.jit functions may appear at module level")
         if not seen_header:
@@ -206,6 +209,15 @@ class _Checker:
             if k.arg is None:
                 self.fail(c, "**kwargs are not allowed")
             self.expr(k.value)
+
+
+def _is_target_record(node: ast.stmt) -> bool:
+    """``PLATFORM_TARGET = "trn2"``: the one module-level assignment, naming a known target."""
+    from ..target import KERNEL_TARGET_NAME, TARGETS
+
+    return (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and node.targets[0].id == KERNEL_TARGET_NAME
+            and isinstance(node.value, ast.Constant) and node.value.value in TARGETS)
 
 
 def _is_docstring(s: ast.stmt) -> bool:

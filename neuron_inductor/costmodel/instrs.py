@@ -18,6 +18,7 @@ from typing import Callable
 import sympy
 
 from ..ir.nodes import DTYPE_BYTES, Dma, HBMAccess, Instr, TileRegion
+from ..spec import AluOp
 from ..target import Target
 
 # --- documented constants --------------------------------------------------------------------------
@@ -41,7 +42,9 @@ LOAD_STATIONARY_SPEEDUP = 4
 DMA_DESCRIPTOR_OVERHEAD_BYTES = 1024
 
 #: ALU ops that VectorE runs at one element per cycle on all-bf16 contiguous SBUF inputs (§4.1)
-_FAST_BF16_OPS = frozenset({"add", "subtract", "multiply"})
+_FAST_BF16_OPS = frozenset({AluOp.add, AluOp.subtract, AluOp.multiply})
+#: reductions VectorE runs at two elements per cycle on bf16 in/out (§4.1 tensor_reduce)
+_HALF_REDUCE_OPS = frozenset({AluOp.add, AluOp.maximum})
 
 Evaluator = Callable[[object], int]
 
@@ -141,7 +144,7 @@ def instr_cycles(instr: Instr, ev: Evaluator, target: Target | None = None) -> t
     if op == "tensor_reduce":
         data = instr.srcs.get("data", instr.dst)
         half = (getattr(data, "dtype", None) == instr.dst.dtype == "bfloat16"
-                and instr.attrs.get("op") in ("add", "maximum"))
+                and instr.attrs.get("op") in _HALF_REDUCE_OPS)
         return (nv // 2 if half else nv) + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_copy_predicated":
         mems = {instr.dst.memory} | {s.memory for s in srcs}

@@ -18,6 +18,8 @@ from typing import Any, Union
 
 import sympy
 
+from ..spec import COMPUTE_INSTRS, ENGINES, INSTRS  # noqa: F401 - ENGINES re-exported
+
 Expr = Union[sympy.Expr, int]
 
 #: dtypes the hardware has, by NKI name, with their size in bytes (no 64-bit types exist)
@@ -28,7 +30,6 @@ DTYPE_BYTES: dict[str, int] = {
 FLOAT_DTYPES = frozenset({"float32", "bfloat16", "float16"})
 
 MEMORIES = ("sbuf", "psum")
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 
 
 def loop_var(name: str) -> sympy.Symbol:
@@ -173,19 +174,9 @@ class Dma:
         return isinstance(self.src, HBMAccess)
 
 
-#: instruction opcodes (``nisa`` function names) and the engines each may run on
-OPCODES: dict[str, tuple[str, ...]] = {
-    "nc_matmul": ("tensor",),
-    "nc_transpose": ("tensor", "vector"),
-    "activation": ("scalar",),
-    "tensor_tensor": ("vector", "gpsimd"),
-    "tensor_scalar": ("vector", "scalar", "gpsimd"),
-    "tensor_reduce": ("vector",),
-    "tensor_copy": ("vector", "scalar", "gpsimd"),
-    "tensor_copy_predicated": ("vector",),
-    "memset": ("vector", "gpsimd"),
-    "iota": ("gpsimd",),
-}
+#: instruction opcodes (``nisa`` function names) and the engines each may run on on some target;
+#: read from the instruction specification (per-target engines are checked by the verifier)
+OPCODES: dict[str, tuple[str, ...]] = {n: INSTRS[n].all_engines() for n in COMPUTE_INSTRS}
 
 
 @dataclass(eq=False)

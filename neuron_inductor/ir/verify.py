@@ -13,24 +13,29 @@ from typing import Any, Iterable
 import numpy as np
 import sympy
 
+from ..spec import INT_DTYPES, Opnd, check_indirect, check_instr, reduce_axis_finding
 from ..target import Target
-from .nodes import DTYPE_BYTES, MEMORIES, OPCODES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
+from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
 from .program import Empty, Fallback, KernelCall, Program, Ref, View
 
+#: structural rules of the IR; instruction rules (engines, operators, dtypes, memories, shapes) are
+#: those of the instruction specification, ``neuron_inductor.spec.RULES``
 RULES = (
     "partition-limit", "tile-rank", "psum-bank-size", "psum-banks", "sbuf-capacity", "engine-memory",
-    "dma-memory", "hbm-operand", "reduce-axis", "matmul-limits", "transpose-limits", "output-written",
-    "readonly-param", "alloc-before-use", "loop-var-scope", "dma-shape", "region-bounds", "hbm-bounds",
-    "unique-names", "unknown-hbm", "host-names",
+    "dma-memory", "hbm-operand", "reduce-axis", "output-written", "readonly-param", "alloc-before-use",
+    "loop-var-scope", "dma-shape", "region-bounds", "hbm-bounds", "unique-names", "unknown-hbm", "host-names",
 )
 
 
 class IRVerificationError(ValueError):
     """A kernel (or host program) breaks a hardware or structural rule."""
 
-    def __init__(self, kernel: str, rule: str, detail: str, stmt: str = "") -> None:
+    def __init__(self, kernel: str, rule: str, detail: str, stmt: str = "",
+                 findings: list[tuple[str, str, str]] | None = None) -> None:
         self.kernel, self.rule, self.detail, self.stmt = kernel, rule, detail, stmt
+        #: every instruction-specification violation of the kernel: (rule, detail, statement)
+        self.findings = findings or [(rule, detail, stmt)]
         at = f"\n    at: {stmt}" if stmt else ""
         super().__init__(f"kernel {kernel}: [{rule}] {detail}{at}")
 
@@ -93,6 +98,8 @@ class _KernelVerifier:
         self.written: set[int] = set()
         self.names: dict[str, object] = {}
         self.hbm = {id(h): h for h in list(k.params) + list(k.outputs)}
+        #: instruction-specification findings, gathered over the whole kernel and raised together
+        self.conformance: list[tuple[str, str, str]] = []
 
     def fail(self, rule: str, detail: str, stmt: Stmt | None = None, ranges: dict | None = None) -> None:
         text = format_stmt(stmt, ranges) if stmt is not None else ""
@@ -106,10 +113,19 @@ class _KernelVerifier:
             if o.kind != "output":
                 self.fail("unique-names", f"{o.name} is listed as an output but has kind {o.kind!r}")
         self.block(self.k.body, (), set(), {})
+        if self.conformance:
+            rule, detail, stmt = self.conformance[0]
+            more = len(self.conformance) - 1
+            raise IRVerificationError(self.k.name, rule, detail + (f" (+{more} more NKI conformance "
+                                      "finding(s))" if more else ""), stmt, self.conformance)
         for h in self.k.returned:
             if id(h) not in self.written:
                 self.fail("output-written", f"{h.kind} tensor {h.name} is never the destination of a DMA")
         self.capacity()
+
+    def spec_findings(self, findings: list, stmt: Stmt, ranges: dict) -> None:
+        text = format_stmt(stmt, ranges)
+        self.conformance += [(f.rule, f.cited(), text) for f in findings]
 
     def name(self, name: str, obj: object, stmt: Stmt | None) -> None:
         prev = self.names.setdefault(name, obj)
@@ -184,8 +200,8 @@ class _KernelVerifier:
         self.check_syms(exprs, loops, s, ranges)
         if a.indirect is not None:
             self.region(a.indirect, loops, visible, s, ranges)
-            if a.indirect.memory != "sbuf" or a.indirect.dtype != "int32":
-                self.fail("dma-memory", "indirect offsets must be an int32 SBUF tile", s, ranges)
+            if a.indirect.dtype not in INT_DTYPES:
+                self.fail("indirect-dma", "indirect offsets must be an integer tile", s, ranges)
         # first / last element touched, composed as text (building sympy Min/Max terms is slow)
         from ..codegen.exprs import ExprError, pyexpr
         try:
@@ -211,13 +227,16 @@ class _KernelVerifier:
         hbm = [x for x in sides if isinstance(x, HBMAccess)]
         tiles = [x for x in sides if isinstance(x, TileRegion)]
         if len(hbm) != 1 or len(tiles) != 1:
-            self.fail("dma-memory", "a DMA moves HBM <-> SBUF: exactly one side must be an HBM access", s, ranges)
+            self.fail("dma-memory", "the IR models a DMA as a load or a store: exactly one side must be an HBM access", s, ranges)
         a, r = hbm[0], tiles[0]
         self.access(a, loops, visible, s, ranges)
         self.region(r, loops, visible, s, ranges)
-        if r.memory != "sbuf":
-            self.fail("dma-memory", f"DMA touches {r.memory.upper()} tile {r.tile.name}; DMA is HBM <-> SBUF only",
-                      s, ranges)
+        findings = check_instr("dma_copy", "dma", self.t, {"dst": _opnd(s.dst), "src": _opnd(s.src)})
+        if a.indirect is not None:
+            base = tuple(getattr(a.tensor, "shape", None) or (a.tensor.numel,))
+            pattern = [[x if _is_int(x) else None for x in pair] for pair in a.pattern]
+            findings += check_indirect(base, "hbm", pattern, 0, _opnd(a.indirect))
+        self.spec_findings(findings, s, ranges)
         if len(a.sizes) != len(r.sizes) or any(
                 sympy.expand(sympy.sympify(x) - sympy.sympify(y)) != 0 for x, y in zip(a.sizes, r.sizes)):
             self.fail("dma-shape", f"HBM side counts {list(a.sizes)} != tile side sizes {list(r.sizes)}", s, ranges)
@@ -228,8 +247,6 @@ class _KernelVerifier:
             self.written.add(id(a.tensor))
 
     def instr(self, s: Instr, loops, visible: set[int], ranges: dict) -> None:
-        if s.op not in OPCODES or s.engine not in OPCODES[s.op]:
-            self.fail("engine-memory", f"{s.op} cannot run on the {s.engine} engine", s, ranges)
         if not isinstance(s.dst, TileRegion):
             self.fail("hbm-operand", f"{s.op} writes {type(s.dst).__name__}; compute writes SBUF/PSUM tiles",
                       s, ranges)
@@ -244,10 +261,10 @@ class _KernelVerifier:
                 self.check_syms(_flat(v), loops, s, ranges)
         for r in regions.values():
             self.region(r, loops, visible, s, ranges)
-        if s.engine == "gpsimd":
-            bad = [k for k, r in regions.items() if r.memory == "psum"]
-            if bad:
-                self.fail("engine-memory", f"GpSimd cannot access PSUM ({', '.join(bad)})", s, ranges)
+        ops = {k: _opnd(r) for k, r in regions.items()}
+        ops.update({k: v for k, v in s.srcs.items() if not isinstance(v, TileRegion)})
+        attrs = {k: v for k, v in s.attrs.items() if not isinstance(v, TileRegion)}
+        self.spec_findings(check_instr(s.op, s.engine, self.t, ops, attrs), s, ranges)
         check = getattr(self, f"op_{s.op}", None)
         if check:
             check(s, regions, ranges)
@@ -259,58 +276,20 @@ class _KernelVerifier:
 
     def op_nc_matmul(self, s: Instr, regions: dict, ranges: dict) -> None:
         self.need(s, regions, ("stationary", "moving"), ranges)
-        st, mv, dst = regions["stationary"], regions["moving"], regions["dst"]
-        if st.memory != "sbuf" or mv.memory != "sbuf" or dst.memory != "psum":
-            self.fail("engine-memory", "nc_matmul reads stationary/moving from SBUF and writes PSUM", s, ranges)
-        if dst.dtype != "float32":
-            self.fail("matmul-limits", f"nc_matmul accumulates in fp32 PSUM, dst is {dst.dtype}", s, ranges)
-        if (st.dtype == "float32") != (mv.dtype == "float32"):
-            self.fail("matmul-limits", f"fp32 must pair with fp32 ({st.dtype} x {mv.dtype})", s, ranges)
-        sizes = [x for r in (st, mv, dst) for x in r.sizes]
-        if len(st.sizes) != 2 or len(mv.sizes) != 2 or len(dst.sizes) != 2:
-            self.fail("matmul-limits", "nc_matmul operands are 2-D", s, ranges)
-        if all(_is_int(x) for x in sizes):
-            (k1, m), (k2, n), (dm, dn) = ([int(x) for x in r.sizes] for r in (st, mv, dst))
-            t = self.t
-            problems = []
-            if k1 != k2:
-                problems.append(f"contraction sizes differ ({k1} vs {k2})")
-            if max(k1, k2) > t.matmul_k_max:
-                problems.append(f"K={max(k1, k2)} > {t.matmul_k_max}")
-            if m > t.matmul_m_max:
-                problems.append(f"M={m} > {t.matmul_m_max}")
-            if n > t.matmul_n_max:
-                problems.append(f"N={n} > {t.matmul_n_max}")
-            if (dm, dn) != (m, n):
-                problems.append(f"dst is [{dm}, {dn}], expected [{m}, {n}]")
-            if problems:
-                self.fail("matmul-limits", "; ".join(problems), s, ranges)
+        if any(len(regions[k].sizes) != 2 for k in ("stationary", "moving", "dst")):
+            self.fail("matmul-shape", "nc_matmul operands are 2-D", s, ranges)
 
     def op_nc_transpose(self, s: Instr, regions: dict, ranges: dict) -> None:
         self.need(s, regions, ("data",), ranges)
-        data = regions["data"]
-        if s.engine == "tensor" and (data.memory != "sbuf" or regions["dst"].memory != "psum"):
-            self.fail("engine-memory", "TensorE transpose reads SBUF and writes PSUM", s, ranges)
-        lim = 128 if s.engine == "tensor" else 32
-        if all(_is_int(x) for x in data.sizes) and any(int(x) > lim for x in data.sizes):
-            self.fail("transpose-limits", f"{s.engine} transpose is limited to {lim}x{lim}", s, ranges)
 
     def op_tensor_tensor(self, s: Instr, regions: dict, ranges: dict) -> None:
         self.need(s, regions, ("data1", "data2"), ranges)
-        if regions["data1"].memory == "psum" and regions["data2"].memory == "psum":
-            self.fail("engine-memory", "tensor_tensor inputs cannot both be in PSUM", s, ranges)
 
     def op_tensor_reduce(self, s: Instr, regions: dict, ranges: dict) -> None:
         self.need(s, regions, ("data",), ranges)
-        axis = s.attrs.get("axis", (1,))
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        rank = len(regions["data"].sizes)
-        if not axis or 0 in axis:
-            self.fail("reduce-axis", f"tensor_reduce axis {axis} includes the partition axis 0", s, ranges)
-        ax = sorted(int(a) % rank for a in axis)
-        if ax[-1] != rank - 1 or ax != list(range(ax[0], rank)):
-            self.fail("reduce-axis", f"tensor_reduce axis {axis} must be contiguous free axes ending at the "
-                      f"last axis ({rank - 1})", s, ranges)
+        f = reduce_axis_finding(s.attrs.get("axis", (1,)), len(regions["data"].sizes))
+        if f is not None:
+            self.fail(f.rule, f.cited(), s, ranges)
 
     # ------------------------------------------------------------------ capacity
     def capacity(self) -> None:
@@ -333,6 +312,21 @@ class _KernelVerifier:
             self.fail("sbuf-capacity", f"{b} SBUF bytes per partition live at once "
                       f"({', '.join(f'{t.name}={t.bytes_per_partition}' for t in tiles)}); "
                       f"{self.t.name} allows {self.t.sbuf_bytes_per_partition}")
+
+
+def _opnd(x: Any) -> Opnd:
+    """The specification's view of an IR operand (sizes only when they are plain ints)."""
+    if isinstance(x, HBMAccess):
+        sizes = list(x.sizes)
+        mem = "hbm"
+    else:
+        sizes = list(x.sizes)
+        mem = x.memory
+    parts = int(sizes[0]) if sizes and _is_int(sizes[0]) else None
+    free: int | None = 1
+    for z in sizes[1:]:
+        free = free * int(z) if free is not None and _is_int(z) else None
+    return Opnd(mem, x.dtype, parts, free)
 
 
 def _flat(v: Any) -> list:

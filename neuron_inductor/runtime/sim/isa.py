@@ -1,11 +1,13 @@
 """``nisa``: the engine instructions of the NKI subset, executed eagerly on numpy.
 
-Every instruction is destination-first with keyword operands and returns None.  Before computing, it
-checks what the hardware would refuse: operand memories per engine (TensorE reads SBUF and writes
-PSUM, GpSimd never touches PSUM, DMA moves HBM<->SBUF only, compute never takes HBM operands),
-partition counts, shapes (matmul K/M/N limits), reduction axes and dtypes.  Inputs are computed in
-fp32 (bitwise ops exactly on integers) and cast on write to the destination dtype.  Each executed
-instruction is counted per engine (and traced when a trace is recording).
+Every instruction is destination-first with keyword operands and returns None.  Before computing it
+asks the instruction specification (:mod:`neuron_inductor.spec`) whether the documented hardware
+accepts the call on the target the kernel was compiled for (engine, operator, dtypes, memories,
+shapes) and refuses every violation with the rule id and its citation.  While computing it checks the
+value rules: activation inputs inside the function's valid range, integer comparisons exact in
+float32, matmul accumulation only onto matmul-initialised PSUM.  Inputs are computed in fp32
+(bitwise ops exactly on integers; GpSimd integer arithmetic natively in 32 bits) and cast on write
+to the destination dtype.  Each executed instruction is counted per engine (and traced).
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from neuron_inductor import spec
+
 from . import dtypes as dt
 from .errors import refuse
-from .numerics import REDUCERS, Op, as_op
+from .numerics import ALL_OPS, INT_NATIVE, REDUCERS, unary_alu
 from .state import KernelContext, require_kernel
 from .tensor import AccessPattern, Tensor
 
@@ -38,11 +42,9 @@ vector_engine = Engine("vector")
 scalar_engine = Engine("scalar")
 gpsimd_engine = Engine("gpsimd")
 unknown_engine = Engine("unknown")
+_SCALARS = (int, float, bool, np.number)
 engine = SimpleNamespace(tensor=tensor_engine, vector=vector_engine, scalar=scalar_engine,
                          gpsimd=gpsimd_engine, unknown=unknown_engine)
-
-_SCALARS = (int, float, bool, np.number)
-
 
 def _instr(fn: Callable) -> Callable:
     """Run an instruction inside a kernel, quietly (inf/nan without numpy warnings)."""
@@ -60,29 +62,52 @@ def _instr(fn: Callable) -> Callable:
     return run
 
 
-def _engine(e: Any, default: str, allowed: tuple[str, ...], api: str) -> str:
-    name = default if e is None or e is unknown_engine else getattr(e, "name", None)
-    if name not in allowed:
-        raise refuse("engine", f"{api} cannot run on engine {e!r} (allowed: {list(allowed)})")
+def _engine_name(e: Any) -> str | None:
+    """The engine a call names (None: unknown, the compiler picks)."""
+    if e is None or e is unknown_engine:
+        return None
+    name = getattr(e, "name", None)
+    if name not in spec.ENGINES:
+        raise refuse("operand", f"engine={e!r} is not an nisa engine")
     return name
 
 
-def _tile(x: Any, role: str, api: str, allow: tuple[str, ...] = ("sbuf", "psum"),
-          engine_name: str = "") -> Tensor:
-    """Check an on-chip operand: a live tile region in an allowed memory."""
-    if isinstance(x, AccessPattern) or (isinstance(x, Tensor) and x.memory == "hbm"):
-        raise refuse("engine-memory", f"{api}: {role} is in HBM; compute instructions take SBUF/"
-                     "PSUM operands only (move data with nisa.dma_copy)", x)
-    if not isinstance(x, Tensor):
+def _tile(x: Any, role: str, api: str) -> Tensor | AccessPattern:
+    """An operand that is a tensor (its memory is judged by the specification)."""
+    if not isinstance(x, (Tensor, AccessPattern)):
         raise refuse("operand", f"{api}: {role} must be a tile region, got {type(x).__name__}")
-    if x.memory not in allow:
-        who = f"{engine_name} engine" if engine_name else api
-        raise refuse("engine-memory", f"{api}: {role} is in {x.memory.upper()}, which the {who} "
-                     f"cannot access here (allowed: {', '.join(m.upper() for m in allow)})", x)
-    if x.ndim < 2:
-        raise refuse("tile-rank", f"{api}: {role} must be at least 2-D", x)
-    x.array  # scope check
+    if isinstance(x, Tensor) and x.memory != "hbm":
+        if x.ndim < 2:
+            raise refuse("tile-rank", f"{api}: {role} must be at least 2-D", x)
+        x.array  # scope check
     return x
+
+
+def _desc(x: Any) -> Any:
+    """The specification's view of an operand: tensors by memory/dtype/sizes, literals as is."""
+    if isinstance(x, (Tensor, AccessPattern)):
+        return spec.Opnd(x.memory, dt.NAMES.get(x.dtype, str(x.dtype)), x.partitions, x.free_size)
+    return x
+
+
+def _conform(ctx: KernelContext, name: str, engine: str | None, ops: dict[str, Any],
+             attrs: dict[str, Any] | None = None) -> str:
+    """Refuse the call unless the specification accepts it; returns the engine it runs on."""
+    described = {k: _desc(v) for k, v in ops.items()}
+    attrs = attrs or {}
+    findings = spec.check_instr(name, engine, ctx.target, described, attrs)
+    if findings:
+        f = findings[0]
+        more = f" (+{len(findings) - 1} more: {', '.join(x.rule for x in findings[1:])})" \
+            if len(findings) > 1 else ""
+        raise refuse(f.rule, f"nisa.{name}: {f.cited()}{more}",
+                     *[v for v in ops.values() if isinstance(v, (Tensor, AccessPattern))])
+    return spec.resolve_engine(name, engine, described, attrs)
+
+
+def _raise_finding(f: "spec.Finding | None", *objs: Any) -> None:
+    if f is not None:
+        raise refuse(f.rule, f.cited(), *objs)
 
 
 def _same_partitions(api: str, *ts: Tensor) -> None:
@@ -108,56 +133,76 @@ def _column(x: Any, role: str, api: str, p: int) -> Tensor:
     return t
 
 
-def _as_op(op: Any, api: str, kinds: tuple[str, ...]) -> Op:
-    o = as_op(op)
-    if o is None or o.kind not in kinds:
-        raise refuse("unsupported-op", f"{api}: {op!r} is not a supported operator here "
-                     f"(kinds allowed: {list(kinds)})")
-    return o
+def _fn(op: Any, api: str) -> Callable:
+    """The numpy function of an operator the specification accepted."""
+    name = spec.name_of(op)
+    if name in spec.ops.UNARY:
+        return unary_alu(name) if name != "invert" else ALL_OPS["invert"].fn
+    o = ALL_OPS.get(name or "")
+    if o is None:
+        raise refuse("unsupported-op", f"{api}: operator {op!r} is not implemented by the simulator")
+    return o.fn
 
 
 def _rows(t: Tensor) -> np.ndarray:
     return t.array.reshape(t.partitions, t.free_size)
 
 
+def _psum_written(d: Tensor, by_matmul: bool) -> None:
+    """Track which PSUM elements a matmul vs another instruction wrote last (accumulation rules)."""
+    a = d.alloc
+    if a.buffer != "psum":
+        return
+    for attr in ("mm_written", "other_written"):
+        if getattr(a, attr) is None:
+            setattr(a, attr, np.zeros(a.shape, dtype=bool))
+    sl = d._slices()
+    a.mm_written[sl] = by_matmul
+    a.other_written[sl] = not by_matmul
+
+
 def _write(dst: Tensor, values: np.ndarray) -> None:
     dst.array[...] = dt.cast_to(values, dst.dtype).reshape(dst.shape)
+    _psum_written(dst, False)
 
 
-def _apply(op: Op, a: np.ndarray, b: Any, a_int: bool, b_int: bool, api: str,
-           *ts: Any) -> np.ndarray:
-    if op.kind == "bitvec":
-        if not (a_int and b_int):
-            raise refuse("dtype", f"{api}: {op!r} needs integer operands", *ts)
-        return op.fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
-    return op.fn(dt.to_f32(np.asarray(a)), dt.to_f32(np.asarray(b)))
+def _apply(op: Any, fn: Callable, a: np.ndarray, b: Any, native_int: bool) -> np.ndarray:
+    """``a op b``: bitvec exactly on integers, GpSimd integer arithmetic in wrapping 32-bit, the
+    rest in float32."""
+    name = spec.name_of(op)
+    if native_int and name not in spec.ops.BITVEC:
+        native = INT_NATIVE.get(name or "")
+        if native is None:
+            raise refuse("unsupported-op", f"operator {op!r} on GpSimd integers is not implemented "
+                         "by the simulator")
+        r = np.asarray(native(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)))
+        return (r.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    if name in spec.ops.BITVEC:
+        return fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
+    return fn(dt.to_f32(np.asarray(a)), dt.to_f32(np.asarray(b)))
 
 
 # --- DMA ---------------------------------------------------------------------------------------
 
 @_instr
 def dma_copy(ctx: KernelContext, *, dst: Any, src: Any, dst_rmw_op: Any = None,
-             oob_mode: Any = None, dge_mode: Any = None, priority: Any = None) -> None:
-    """HBM <-> SBUF transfer; a dtype difference is a cast through fp32."""
+             oob_mode: Any = None, dge_mode: Any = None, priority: Any = None,
+             engine: Any = None) -> None:
+    """HBM/SBUF -> HBM/SBUF transfer of equally many elements; a dtype difference is a cast
+    through fp32."""
     api = "nisa.dma_copy"
     for role, x in (("dst", dst), ("src", src)):
         if not isinstance(x, (Tensor, AccessPattern)):
             raise refuse("operand", f"{api}: {role} must be a tile region or an HBM access "
                          f"pattern, got {type(x).__name__}")
-        if x.memory == "psum":
-            raise refuse("engine-memory", f"{api}: {role} is in PSUM; DMA cannot access PSUM "
-                         "(copy to SBUF with tensor_copy first)", x)
-    if {dst.memory, src.memory} != {"hbm", "sbuf"}:
-        raise refuse("engine-memory", f"{api}: moves HBM<->SBUF only, got {src.memory.upper()}->"
-                     f"{dst.memory.upper()}", dst, src)
     if dst_rmw_op is not None:
-        raise refuse("unsupported", f"{api}: dst_rmw_op is not supported", dst)
-    if tuple(dst.shape) != tuple(src.shape):
-        raise refuse("dma-shape", f"{api}: dst shape {list(dst.shape)} != src shape "
-                     f"{list(src.shape)}", dst, src)
+        raise refuse("unsupported", f"{api}: dst_rmw_op is not an NKI 0.3 argument (use "
+                     "nisa.dma_compute)", dst)
+    _conform(ctx, "dma_copy", None, {"dst": dst, "src": src})
     values = src.read() if isinstance(src, AccessPattern) else src.array
     if dst.dtype != src.dtype:
         values = dt.cast_to(dt.to_f32(values), dst.dtype)
+    values = np.asarray(values).reshape(dst.shape)
     if isinstance(dst, AccessPattern):
         dst.write(values)
     else:
@@ -178,63 +223,48 @@ def nc_matmul(ctx: KernelContext, *, dst: Any, stationary: Any, moving: Any,
               is_moving_onezero: bool = False, is_transpose: bool = False) -> None:
     """dst[M, N] (=|+=) stationary[K, M].T @ moving[K, N], fp32 in PSUM."""
     api = "nisa.nc_matmul"
-    d = _tile(dst, "dst", api, ("psum",), "tensor")
-    s = _tile(stationary, "stationary", api, ("sbuf",), "tensor")
-    m = _tile(moving, "moving", api, ("sbuf",), "tensor")
-    lim = ctx.limits
-    k, mm = s.partitions, s.free_size
-    k2, n = m.partitions, m.free_size
-    if k != k2:
-        raise refuse("matmul-shape", f"{api}: contraction mismatch: stationary K={k}, moving "
-                     f"K={k2}", s, m)
-    if k > lim.matmul_k_max or mm > lim.matmul_m_max or n > lim.matmul_n_max:
-        raise refuse("matmul-shape", f"{api}: K={k}, M={mm}, N={n} exceed K<={lim.matmul_k_max}, "
-                     f"M<={lim.matmul_m_max}, N<={lim.matmul_n_max}", s, m)
-    if d.partitions != mm or d.free_size != n:
-        raise refuse("matmul-shape", f"{api}: dst {list(d.shape)} must be [M={mm}, N={n}]", d)
-    for t in (s, m):
-        if not dt.is_float(t.dtype):
-            raise refuse("dtype", f"{api}: operands must be float, got {t.dtype}", t)
-    if (s.dtype == dt.float32) != (m.dtype == dt.float32):
-        raise refuse("dtype", f"{api}: fp32 must pair with fp32 (stationary {s.alloc.dtype_name}, "
-                     f"moving {m.alloc.dtype_name})", s, m)
-    if d.dtype != dt.float32:
-        raise refuse("dtype", f"{api}: the PSUM destination must be float32", d)
-    # to_f32 copies only bf16/fp16 operands (astype always copied, twice per matmul)
+    d = _tile(dst, "dst", api)
+    s = _tile(stationary, "stationary", api)
+    m = _tile(moving, "moving", api)
+    _conform(ctx, "nc_matmul", "tensor", {"dst": d, "stationary": s, "moving": m},
+             {"accumulate": accumulate})
+    k, n = s.partitions, m.free_size
     res = (dt.to_f32(_rows(s)).T @ dt.to_f32(_rows(m))).reshape(d.shape)
+    alloc = d.alloc
+    if alloc.mm_written is None:
+        alloc.mm_written = np.zeros(alloc.shape, dtype=bool)
+        alloc.other_written = np.zeros(alloc.shape, dtype=bool)
+    sl = d._slices()
+    seen = alloc.mm_written[sl]
     out = d.array
     if accumulate is None:
-        alloc = d.alloc
-        if alloc.mm_written is None:
-            alloc.mm_written = np.zeros(alloc.shape, dtype=bool)
-        seen = alloc.mm_written[d._slices()]
         out[...] = np.where(seen, out + res, res)
-        seen[...] = True
     elif accumulate:
+        other = alloc.other_written[sl]
+        if other.any() and ctx.target.nc_version <= 3:
+            _raise_finding(spec.Finding("matmul-accumulate-nonmatmul", f"{api}(accumulate=True) onto "
+                           f"{int(other.sum())} PSUM element(s) last written by a non-matmul instruction "
+                           f"(memset/tensor_copy/...), undefined on {ctx.target.name}"), d)
+        if not seen.all():
+            _raise_finding(spec.Finding("matmul-first-overwrite", f"{api}(accumulate=True) onto "
+                           f"{int((~seen).sum())} PSUM element(s) no matmul has initialised; the first "
+                           "matmul into a location must use accumulate=False"), d)
         out += res
     else:
         out[...] = res
-    ctx.count("tensor", "nc_matmul", k, n, operands=(d, s, m), dims=(k, mm, n))
+    _psum_written(d, True)
+    ctx.count("tensor", "nc_matmul", k, n, operands=(d, s, m), dims=(k, s.free_size, n))
 
 
 @_instr
 def nc_transpose(ctx: KernelContext, *, dst: Any, data: Any, engine: Any = None) -> None:
     """dst[F, P] = data[P, F]: TensorE (SBUF->PSUM, <=128x128) or VectorE (<=32x32)."""
     api = "nisa.nc_transpose"
-    eng = _engine(engine, "tensor", ("tensor", "vector"), api)
-    if eng == "tensor":
-        d = _tile(dst, "dst", api, ("psum",), "tensor")
-        x = _tile(data, "data", api, ("sbuf",), "tensor")
-        limit = 128
-    else:
-        d, x, limit = _tile(dst, "dst", api), _tile(data, "data", api), 32
+    d, x = _tile(dst, "dst", api), _tile(data, "data", api)
+    eng = _conform(ctx, "nc_transpose", _engine_name(engine), {"dst": d, "data": x})
     p, f = x.partitions, x.free_size
-    if p > limit or f > limit:
-        raise refuse("transpose-shape", f"{api}: [{p}, {f}] exceeds {limit}x{limit} on the {eng} "
-                     "engine", x)
-    if d.partitions != f or d.free_size != p:
-        raise refuse("transpose-shape", f"{api}: dst {list(d.shape)} must be [{f}, {p}]", d, x)
-    _write(d, dt.to_f32(_rows(x)).T)
+    d.array[...] = _rows(x).T.reshape(d.shape)  # same dtype: a bit-exact move
+    _psum_written(d, eng == "tensor")
     ctx.count(eng, "nc_transpose", p, f, operands=(d, x), dims=(p, f))
 
 
@@ -244,100 +274,100 @@ def nc_transpose(ctx: KernelContext, *, dst: Any, data: Any, engine: Any = None)
 def activation(ctx: KernelContext, *, dst: Any, op: Any, data: Any, bias: Any = None,
                scale: Any = 1.0, reduce_op: Any = None, reduce_res: Any = None,
                reduce_cmd: Any = None) -> None:
-    """dst = op(data * scale + bias); optionally reduce_res = row-reduce(result)."""
+    """dst = op(data * scale + bias); optionally reduce_res = row-sum(result)."""
     api = "nisa.activation"
-    f = _as_op(op, api, ("act",))
     d, x = _tile(dst, "dst", api), _tile(data, "data", api)
+    p = x.partitions
+    ops: dict[str, Any] = {"dst": d, "data": x}
+    if isinstance(scale, (Tensor, AccessPattern)):
+        ops["scale"] = _column(scale, "scale", api, p)
+    elif not isinstance(scale, _SCALARS):
+        raise refuse("activation-operand", f"{api}: scale must be a number or a [P, 1] tile, "
+                     f"got {type(scale).__name__}")
+    if bias is not None:
+        ops["bias"] = _column(bias, "bias", api, p) if isinstance(bias, (Tensor, AccessPattern)) else bias
+    if reduce_res is not None:
+        ops["reduce_res"] = _column(reduce_res, "reduce_res", api, p)
+    _conform(ctx, "activation", "scalar", ops, {"op": op, "reduce_op": reduce_op})
     _same_partitions(api, d, x)
     _same_free(api, d, x)
-    p = x.partitions
     v = dt.to_f32(_rows(x))
-    if isinstance(scale, Tensor):
-        sc = _column(scale, "scale", api, p)
-        if not dt.is_float(sc.dtype):
-            raise refuse("activation-operand", f"{api}: scale tile must be float", sc)
-        v = v * dt.to_f32(_rows(sc))
-    elif isinstance(scale, _SCALARS):
-        v = v * np.float32(scale)
-    else:
-        raise refuse("activation-operand", f"{api}: scale must be a number or a [P, 1] tile, "
-                     f"got {type(scale).__name__}", scale if hasattr(scale, "alloc") else None)
+    v = v * (dt.to_f32(_rows(ops["scale"])) if "scale" in ops else np.float32(scale))
     if bias is not None:
-        b = _column(bias, "bias", api, p)
-        if not dt.is_float(b.dtype):
-            raise refuse("activation-operand", f"{api}: bias tile must be float", b)
-        v = v + dt.to_f32(_rows(b))
+        v = v + (dt.to_f32(_rows(ops["bias"])) if isinstance(ops["bias"], Tensor) else np.float32(bias))
+    _raise_finding(spec.activation_range_finding(op, v), x)
+    f = ALL_OPS.get(spec.name_of(op) or "")
+    if f is None:
+        raise refuse("unsupported-op", f"{api}: activation {op!r} is not implemented by the simulator")
     y = f.fn(v)
     _write(d, y)
-    if reduce_op is not None or reduce_res is not None:
-        r = _as_op(reduce_op, api, ("arith",))
-        if r.name not in ("add", "maximum", "minimum") or reduce_res is None:
-            raise refuse("activation-operand", f"{api}: reduce_op must be nl.add/maximum/minimum "
-                         "together with a [P, 1] reduce_res")
-        rr = _column(reduce_res, "reduce_res", api, p)
-        _write(rr, REDUCERS[r.name](y, axis=1, keepdims=True))
+    if reduce_res is not None:
+        if reduce_op is None:
+            raise refuse("activation-operand", f"{api}: reduce_res needs reduce_op=nl.add", d)
+        _write(ops["reduce_res"], REDUCERS["add"](y, axis=1, keepdims=True))
     ctx.count("scalar", "activation", p, x.free_size, operands=(d, x))
 
 
 # --- VectorE / GpSimd --------------------------------------------------------------------------
+
+def _fp32_compare_check(op: Any, eng: str, native: bool, arrays: list[tuple[str, Any]],
+                        *objs: Any) -> None:
+    if native:
+        return
+    _raise_finding(spec.int_compare_finding(op, eng, [(r, np.asarray(a)) for r, a in arrays]), *objs)
+
 
 @_instr
 def tensor_tensor(ctx: KernelContext, *, dst: Any, data1: Any, data2: Any, op: Any,
                   engine: Any = None) -> None:
     """dst = data1 op data2 (same partitions and elements per partition)."""
     api = "nisa.tensor_tensor"
-    eng = _engine(engine, "vector", ("vector", "gpsimd"), api)
-    allow = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
-    o = _as_op(op, api, ("arith", "compare", "logical", "bitvec"))
-    d = _tile(dst, "dst", api, allow, eng)
-    a = _tile(data1, "data1", api, allow, eng)
-    b = _tile(data2, "data2", api, allow, eng)
-    if a.memory == "psum" and b.memory == "psum":
-        raise refuse("engine-memory", f"{api}: data1 and data2 cannot both be in PSUM", a, b)
+    d = _tile(dst, "dst", api)
+    a = _tile(data1, "data1", api)
+    b = _tile(data2, "data2", api)
+    eng = _conform(ctx, "tensor_tensor", _engine_name(engine), {"dst": d, "data1": a, "data2": b},
+                   {"op": op})
     _same_partitions(api, d, a, b)
     _same_free(api, a, b)
     _same_free(api, d, a)
-    ints = a.dtype in dt.INTS, b.dtype in dt.INTS
-    _write(d, _apply(o, _rows(a), _rows(b), ints[0], ints[1], api, a, b))
+    native = eng == "gpsimd" and all(t.dtype in (dt.int32, dt.uint32) for t in (d, a, b))
+    _fp32_compare_check(op, eng, native, [("data1", _rows(a)), ("data2", _rows(b))], a, b)
+    _write(d, _apply(op, _fn(op, api), _rows(a), _rows(b), native))
     ctx.count(eng, "tensor_tensor", a.partitions, a.free_size, operands=(d, a, b))
 
 
-def _scalar_operand(x: Any, role: str, api: str, p: int) -> tuple[Any, bool]:
-    if isinstance(x, Tensor):
-        t = _column(x, role, api, p)
-        return _rows(t), t.dtype in dt.INTS
-    if isinstance(x, _SCALARS):
-        is_int = isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-        return (np.int64(x) if is_int else np.float32(x)), is_int
+def _scalar_operand(x: Any, role: str, api: str, p: int) -> Any:
+    if isinstance(x, (Tensor, AccessPattern)):
+        return _column(x, role, api, p)
+    if x is None or isinstance(x, _SCALARS):
+        return x
     raise refuse("operand", f"{api}: {role} must be a number or a [P, 1] tile, got "
                  f"{type(x).__name__}")
 
 
 @_instr
-def tensor_scalar(ctx: KernelContext, *, dst: Any, data: Any, op0: Any, operand0: Any,
+def tensor_scalar(ctx: KernelContext, *, dst: Any, data: Any, op0: Any, operand0: Any = None,
                   reverse0: bool = False, op1: Any = None, operand1: Any = None,
                   reverse1: bool = False, engine: Any = None) -> None:
     """dst = (data op0 operand0) op1 operand1, operands scalar or [P, 1] (broadcast on free)."""
     api = "nisa.tensor_scalar"
-    eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), api)
-    allow = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
-    d = _tile(dst, "dst", api, allow, eng)
-    x = _tile(data, "data", api, allow, eng)
+    d = _tile(dst, "dst", api)
+    x = _tile(data, "data", api)
+    c0 = _scalar_operand(operand0, "operand0", api, x.partitions)
+    c1 = _scalar_operand(operand1, "operand1", api, x.partitions)
+    ops = {"dst": d, "data": x, "operand0": c0}
+    if op1 is not None:
+        ops["operand1"] = c1
+    eng = _conform(ctx, "tensor_scalar", _engine_name(engine), ops, {"op0": op0, "op1": op1})
     _same_partitions(api, d, x)
     _same_free(api, d, x)
-    kinds = ("arith", "compare", "logical", "bitvec")
-    v, v_int = _rows(x), x.dtype in dt.INTS
-    steps = [(op0, operand0, reverse0, "operand0")]
-    if op1 is not None:
-        steps.append((op1, operand1, reverse1, "operand1"))
-    ops = [_as_op(o, api, kinds) for o, _, _, _ in steps]
-    if len(ops) == 2 and (ops[0].kind == "bitvec") != (ops[1].kind == "bitvec"):
-        raise refuse("unsupported-op", f"{api}: op0 and op1 must both be bitwise or both "
-                     "arithmetic", x)
-    for o, (_, operand, rev, role) in zip(ops, steps):
-        c, c_int = _scalar_operand(operand, role, api, x.partitions)
-        v = _apply(o, c, v, c_int, v_int, api, x) if rev else _apply(o, v, c, v_int, c_int, api, x)
-        v_int = o.kind == "bitvec"
+    v = _rows(x)
+    steps = [(op0, c0, reverse0, "operand0")] + ([(op1, c1, reverse1, "operand1")] if op1 is not None else [])
+    for o, c, rev, role in steps:
+        cv = _rows(c) if isinstance(c, Tensor) else (0.0 if c is None else c)
+        _fp32_compare_check(o, eng, False, [("data", v)] + ([(role, cv)] if isinstance(c, Tensor) else []), x)
+        fn = _fn(o, api)
+        v = _apply(o, fn, cv, v, False) if rev else _apply(o, fn, v, cv, False)
     _write(d, v)
     ctx.count(eng, "tensor_scalar", x.partitions, x.free_size, operands=(d, x))
 
@@ -347,19 +377,15 @@ def tensor_reduce(ctx: KernelContext, *, dst: Any, op: Any, data: Any, axis: Any
                   negate: bool = False, keepdims: bool = False) -> None:
     """Reduce free axes (contiguous, ending at the last one); never the partition axis."""
     api = "nisa.tensor_reduce"
-    o = _as_op(op, api, ("arith",))
-    if o.name not in REDUCERS:
-        raise refuse("unsupported-op", f"{api}: {o!r} is not a reduction operator")
     d, x = _tile(dst, "dst", api), _tile(data, "data", api)
-    axes = tuple(sorted(int(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
-    if 0 in axes:
-        raise refuse("reduce-partition-axis", f"{api}: axis {list(axes)} includes the partition "
-                     "axis 0; reduce across partitions with a transpose or a matmul", x)
-    if not axes or axes != tuple(range(axes[0], x.ndim)):
-        raise refuse("reduce-axis", f"{api}: axis {list(axes)} must be contiguous free axes "
-                     f"ending at the last axis {x.ndim - 1}", x)
+    _conform(ctx, "tensor_reduce", None, {"dst": d, "data": x}, {"op": op})
+    name = spec.name_of(op)
+    if name not in REDUCERS:
+        raise refuse("unsupported-op", f"{api}: reduction {op!r} is not implemented by the simulator")
+    _raise_finding(spec.reduce_axis_finding(axis, x.ndim), x)
+    axes = tuple(sorted(int(a) % x.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
     _same_partitions(api, d, x)
-    res = REDUCERS[o.name](dt.to_f32(x.array), axis=axes, keepdims=True)
+    res = REDUCERS[name](dt.to_f32(x.array), axis=axes, keepdims=True)
     if negate:
         res = -res
     if d.free_size != res.size // x.partitions:
@@ -373,14 +399,13 @@ def tensor_reduce(ctx: KernelContext, *, dst: Any, op: Any, data: Any, axis: Any
 def tensor_copy(ctx: KernelContext, *, dst: Any, src: Any, engine: Any = None) -> None:
     """Copy with cast on write; Vector/GpSimd copies of equal dtypes are bit-exact."""
     api = "nisa.tensor_copy"
-    eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), api)
-    allow = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
-    d = _tile(dst, "dst", api, allow, eng)
-    s = _tile(src, "src", api, allow, eng)
+    d, s = _tile(dst, "dst", api), _tile(src, "src", api)
+    eng = _conform(ctx, "tensor_copy", _engine_name(engine), {"dst": d, "src": s})
     _same_partitions(api, d, s)
     _same_free(api, d, s)
     if s.dtype == d.dtype and eng != "scalar":
         d.array[...] = s.array.reshape(d.shape)
+        _psum_written(d, False)
     else:
         _write(d, dt.to_f32(s.array))
     ctx.count(eng, "tensor_copy", s.partitions, s.free_size, operands=(d, s))
@@ -392,31 +417,30 @@ def tensor_copy_predicated(ctx: KernelContext, *, dst: Any, src: Any, predicate:
     """dst = src where predicate != 0 (== 0 with reverse_pred); elsewhere dst is kept."""
     api = "nisa.tensor_copy_predicated"
     d, s, p = _tile(dst, "dst", api), _tile(src, "src", api), _tile(predicate, "predicate", api)
+    _conform(ctx, "tensor_copy_predicated", None, {"dst": d, "src": s, "predicate": p})
     _same_partitions(api, d, s, p)
     _same_free(api, d, s)
     _same_free(api, d, p)
     mask = (p.array != 0).reshape(d.shape)
     if reverse_pred:
         mask = ~mask
-    vals = s.array.reshape(d.shape)
-    if s.dtype != d.dtype:
-        vals = dt.cast_to(dt.to_f32(vals), d.dtype)
-    np.copyto(d.array, vals, where=mask)
+    np.copyto(d.array, s.array.reshape(d.shape), where=mask)
+    _psum_written(d, False)
     ctx.count("vector", "tensor_copy_predicated", s.partitions, s.free_size,
               operands=(d, s, p))
 
 
 @_instr
 def memset(ctx: KernelContext, *, dst: Any, value: Any, engine: Any = None) -> None:
-    """Fill a region with a constant (cast to the destination dtype)."""
+    """Fill a region with a constant of the destination's type."""
     api = "nisa.memset"
-    eng = _engine(engine, "vector", ("vector", "gpsimd"), api)
-    allow = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
-    d = _tile(dst, "dst", api, allow, eng)
+    d = _tile(dst, "dst", api)
     if not isinstance(value, _SCALARS):
         raise refuse("operand", f"{api}: value must be a number, got {type(value).__name__}", d)
+    eng = _conform(ctx, "memset", _engine_name(engine), {"dst": d}, {"value": value})
     d.array[...] = dt.cast_to(np.array([value], dtype=np.float64 if isinstance(value, float)
                                        else None), d.dtype)[0]
+    _psum_written(d, False)
     ctx.count(eng, "memset", d.partitions, d.free_size, operands=(d,))
 
 
@@ -425,15 +449,16 @@ def iota(ctx: KernelContext, *, dst: Any, pattern: Any, offset: int = 0,
          channel_multiplier: int = 0) -> None:
     """dst[p, f...] = offset + channel_multiplier*p + sum(stride_i * f_i), int32 math (GpSimd)."""
     api = "nisa.iota"
-    d = _tile(dst, "dst", api, ("sbuf",), "gpsimd")
+    d = _tile(dst, "dst", api)
+    _conform(ctx, "iota", None, {"dst": d}, {"pattern": pattern})
     try:
         pat = [(int(s), int(c)) for s, c in pattern]
     except (TypeError, ValueError):
         raise refuse("operand", f"{api}: pattern must be [[stride, count], ...]", d) from None
     counts = [c for _, c in pat]
-    if counts != list(d.shape[1:]) and int(np.prod(counts)) != d.free_size:
-        raise refuse("shape", f"{api}: pattern counts {counts} do not match dst free shape "
-                     f"{list(d.shape[1:])}", d)
+    if int(np.prod(counts)) != d.free_size:
+        _raise_finding(spec.Finding("iota-pattern", f"{api}: pattern counts {counts} do not multiply to "
+                                    f"the {d.free_size} elements per partition of dst {list(d.shape)}"), d)
     v = np.full((d.partitions,) + tuple(counts), int(offset), dtype=np.int64)
     nd = v.ndim
     v += (np.arange(d.partitions, dtype=np.int64) * int(channel_multiplier)).reshape(

@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from neuron_inductor.target import KERNEL_TARGET_NAME
+
 from . import dtypes as dt
 from .counters import _finish_call
 from .errors import refuse
@@ -124,7 +126,8 @@ class SimKernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         torch_mode = any(_is_torch(a) for a in (*args, *kwargs.values()))
         originals: dict[int, Any] = {}
-        with kernel_context(self.fn.__name__, self.fn.__code__) as ctx:
+        target = getattr(self.fn, "__globals__", {}).get(KERNEL_TARGET_NAME)
+        with kernel_context(self.fn.__name__, self.fn.__code__, target) as ctx:
             wrapped = []
             for i, a in enumerate(args):
                 name = self._params[i] if i < len(self._params) else f"arg{i}"

@@ -1,9 +1,9 @@
 """ALU operators and activation functions, computed in fp32 on numpy.
 
-Each ``nl.<op>`` the contract names is an :class:`Op` object: a name, a kind and a vectorised numpy
-function.  ``kind`` is ``"arith"`` (fp32 in, fp32 out), ``"compare"``/``"logical"`` (fp32 in, 1.0/0.0
-out) or ``"bitvec"`` (integer operands only, computed exactly on int64).  Unary activation
-functions have kind ``"act"``.  erf has no scipy/torch dependency: a Maclaurin series for |x| < 3
+Each ``nl.<op>`` the simulator knows is an :class:`Op` object: a name and a vectorised numpy function
+(arithmetic: fp32 in, fp32 out; comparisons and logical ops: 1.0/0.0 out; bitvec: exact on int64).
+Which operator is legal where (and its class) is the instruction specification's business
+(:mod:`neuron_inductor.spec`); this module only computes.  erf has no scipy/torch dependency: a Maclaurin series for |x| < 3
 and the asymptotic erfc expansion beyond, evaluated in float64 (error far below 1e-7).
 All evaluation happens under ``np.errstate(all="ignore")``: division by zero and log(0) yield
 inf/nan as the hardware would, without warnings.
@@ -17,11 +17,10 @@ import numpy as np
 
 
 class Op:
-    __slots__ = ("name", "kind", "fn")
+    __slots__ = ("name", "fn")
 
-    def __init__(self, name: str, kind: str, fn: Callable) -> None:
+    def __init__(self, name: str, fn: Callable) -> None:
         self.name = name
-        self.kind = kind
         self.fn = fn
 
     def __call__(self, *args, **kwargs):
@@ -89,7 +88,7 @@ def _logical(fn: Callable) -> Callable:
     return lambda a, b: fn(a != 0, b != 0).astype(np.float32)
 
 
-ACTIVATIONS: dict[str, Op] = {name: Op(name, "act", _f32(fn)) for name, fn in {
+ACTIVATIONS: dict[str, Op] = {name: Op(name, _f32(fn)) for name, fn in {
     "copy": lambda x: x,
     "exp": np.exp,
     "log": np.log,
@@ -115,17 +114,22 @@ BINARY: dict[str, Op] = {}
 for _name, _fn in {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
                    "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum,
                    "power": np.power}.items():
-    BINARY[_name] = Op(_name, "arith", _f32(_fn))
+    BINARY[_name] = Op(_name, _f32(_fn))
 for _name, _fn in {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
                    "greater_equal": np.greater_equal, "less": np.less,
                    "less_equal": np.less_equal}.items():
-    BINARY[_name] = Op(_name, "compare", _cmp(_fn))
+    BINARY[_name] = Op(_name, _cmp(_fn))
 for _name, _fn in {"logical_and": np.logical_and, "logical_or": np.logical_or,
                    "logical_xor": np.logical_xor}.items():
-    BINARY[_name] = Op(_name, "logical", _logical(_fn))
+    BINARY[_name] = Op(_name, _logical(_fn))
+for _name, _fn in {"abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+                   "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b))}.items():
+    BINARY[_name] = Op(_name, _f32(_fn))
 for _name, _fn in {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-                   "bitwise_xor": np.bitwise_xor}.items():
-    BINARY[_name] = Op(_name, "bitvec", _fn)
+                   "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift,
+                   "right_shift": lambda a, b: (a & 0xFFFFFFFF) >> b,
+                   "invert": lambda a, b: np.invert(a)}.items():
+    BINARY[_name] = Op(_name, _fn)
 
 #: ops that may be used as a reduction (``tensor_reduce`` / ``activation(reduce_op=)``)
 REDUCERS: dict[str, Callable] = {"add": np.add.reduce, "maximum": np.maximum.reduce,
@@ -133,21 +137,20 @@ REDUCERS: dict[str, Callable] = {"add": np.add.reduce, "maximum": np.maximum.red
 
 ALL_OPS: dict[str, Op] = {**ACTIVATIONS, **BINARY}
 
-# numpy ufuncs (classic NKI accepted np.add etc.) map onto the same ops
-_UFUNCS = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
-           np.maximum: "maximum", np.minimum: "minimum", np.power: "power", np.equal: "equal",
-           np.not_equal: "not_equal", np.greater: "greater", np.greater_equal: "greater_equal",
-           np.less: "less", np.less_equal: "less_equal", np.logical_and: "logical_and",
-           np.logical_or: "logical_or", np.logical_xor: "logical_xor",
-           np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or",
-           np.bitwise_xor: "bitwise_xor", np.exp: "exp", np.log: "log", np.sqrt: "sqrt",
-           np.tanh: "tanh", np.abs: "abs", np.negative: "negative", np.sign: "sign",
-           np.square: "square", np.sin: "sin", np.cos: "cos"}
+
+#: GpSimd's native 32-bit integer arithmetic (all-int32/uint32 tensor_tensor), computed on int64 and
+#: wrapped to 32 bits by the caller; comparisons give 1/0
+INT_NATIVE: dict[str, Callable] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
+    "minimum": np.minimum, "power": np.power,
+    **{n: (lambda f: lambda a, b: f(a, b).astype(np.int64))(f) for n, f in {
+        "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+        "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal}.items()},
+}
 
 
-def as_op(op: object) -> Op | None:
-    """The :class:`Op` for an ``nl`` op or a numpy ufunc; None if unknown."""
-    if isinstance(op, Op):
-        return op
-    name = _UFUNCS.get(op)  # type: ignore[call-overload]
-    return ALL_OPS[name] if name else None
+def unary_alu(name: str) -> Callable:
+    """The numpy function of a unary ALU operator (abs, square, relu, rsqrt, reciprocal): the same
+    math as the activation function of that name, with the operand ignored."""
+    fn = ACTIVATIONS[name].fn
+    return lambda a, _b: fn(a)

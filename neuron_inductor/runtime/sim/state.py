@@ -19,6 +19,8 @@ from .dtypes import NAMES
 from .errors import refuse
 
 if TYPE_CHECKING:
+    from neuron_inductor.target import Target
+
     from .tensor import Allocation
 
 
@@ -36,12 +38,20 @@ class Limits:
 _overrides: dict[str, int] = {}
 
 
-def current_limits() -> Limits:
-    """Limits of the configured target (``config.target``), with any :func:`override_limits`."""
+def kernel_target(name: str | None = None) -> "Target":
+    """The target a kernel was compiled for (its module's ``PLATFORM_TARGET``), else the configured
+    one (``config.target``: hand-written kernels that record none)."""
     from neuron_inductor import config
     from neuron_inductor.target import get_target
 
-    t = get_target(config.get_config().target)
+    return get_target(name or config.get_config().target)
+
+
+def current_limits(target: "Target | str | None" = None) -> Limits:
+    """Limits of ``target`` (default: the configured one), with any :func:`override_limits`."""
+    from neuron_inductor.target import Target
+
+    t = target if isinstance(target, Target) else kernel_target(target)
     base = dict(partitions=t.partitions, sbuf_bytes_per_partition=t.sbuf_bytes_per_partition,
                 psum_bank_bytes=t.psum_bank_bytes, psum_banks=t.psum_banks,
                 matmul_k_max=t.matmul_k_max, matmul_m_max=t.matmul_m_max,
@@ -68,10 +78,12 @@ def override_limits(**limits: int) -> Iterator[None]:
 class KernelContext:
     """State of one running kernel call."""
 
-    def __init__(self, name: str, code: Any) -> None:
+    def __init__(self, name: str, code: Any, target: str | None = None) -> None:
         self.name = name
         self.code = code
-        self.limits = current_limits()
+        #: the rules and limits checked are those of the target the kernel was compiled for
+        self.target = kernel_target(target)
+        self.limits = current_limits(self.target)
         self.scopes: list[list["Allocation"]] = [[]]
         self.sbuf_live = 0
         self.psum_banks_live = 0
@@ -185,8 +197,8 @@ def require_kernel(api: str) -> KernelContext:
 
 
 @contextlib.contextmanager
-def kernel_context(name: str, code: Any) -> Iterator[KernelContext]:
-    ctx = KernelContext(name, code)
+def kernel_context(name: str, code: Any, target: str | None = None) -> Iterator[KernelContext]:
+    ctx = KernelContext(name, code, target)
     _stack().append(ctx)
     try:
         yield ctx

@@ -23,7 +23,7 @@ from .errors import refuse
 
 class Allocation:
     __slots__ = ("name", "buffer", "shape", "dtype", "data", "flat", "released", "written",
-                 "bytes_pp", "banks", "mm_written", "param_index")
+                 "bytes_pp", "banks", "mm_written", "other_written", "param_index")
 
     def __init__(self, name: str, buffer: str, data: np.ndarray, written: bool = False,
                  param_index: int | None = None) -> None:
@@ -41,6 +41,9 @@ class Allocation:
         self.banks = 0
         #: PSUM elements already written by a matmul (for accumulate=None auto-detection)
         self.mm_written: np.ndarray | None = None
+        #: PSUM elements last written by a non-matmul instruction (memset, tensor_copy, ...): a
+        #: matmul may not accumulate onto them (rule matmul-accumulate-nonmatmul)
+        self.other_written: np.ndarray | None = None
         self.param_index = param_index
 
     @property
@@ -184,14 +187,22 @@ class Tensor:
             raise refuse("unsupported", ".ap() is supported on HBM tensors only", self)
         if scalar_offset is not None:
             raise refuse("unsupported", ".ap(scalar_offset=) is not supported", self)
-        if indirect_dim != 0:
-            raise refuse("unsupported", "indirect access only on dim 0 (indirect_dim=0)", self)
         try:
             pat = tuple((_index(s), _index(c)) for s, c in pattern)
             off = _index(offset)
         except (TypeError, ValueError):
             raise refuse("unsupported", f"access pattern {pattern!r} offset {offset!r}: expected "
                          "[[stride, count], ...] of ints", self) from None
+        if vector_offset is not None or indirect_dim != 0:
+            from neuron_inductor import spec
+
+            offs = None
+            if isinstance(vector_offset, Tensor):
+                offs = spec.Opnd(vector_offset.memory, vector_offset.alloc.dtype_name,
+                                 vector_offset.partitions, vector_offset.free_size)
+            found = spec.check_indirect(self.alloc.shape, self.alloc.memory, pat, indirect_dim, offs)
+            if found:
+                raise refuse(found[0].rule, found[0].cited(), self, vector_offset)
         if not pat or any(c < 0 for _, c in pat):
             raise refuse("out-of-bounds", f"bad access pattern {pattern!r}", self)
         # relative to the view's first element (element 0 for an unsliced flat tensor)

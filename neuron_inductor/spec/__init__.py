@@ -1,0 +1,18 @@
+"""The NKI instruction specification: one table of the documented rules, read by every stage.
+
+Leaf package (imports only ``neuron_inductor.target``): ``ops`` (ALU operators and activation
+functions as ``StrEnum``s, their engines, valid input ranges), ``instrs`` (per instruction: engines
+per NeuronCore version, default engine, keyword order), ``rules`` (rule ids, text, citations) and
+``checks`` (the one implementation of the rules). docs/nki-rules.md lists the rules with quotes.
+"""
+from .checks import (FP32_EXACT_INT, Opnd, activation_range_finding, check_indirect, check_instr,
+                     int_compare_finding, reduce_axis_finding, resolve_engine)
+from .instrs import (COMPUTE_INSTRS, DTYPES, ENGINES, FLOAT_DTYPES, INSTRS, INT_DTYPES, InstrSpec,
+                     instr_spec)
+from .ops import ACT_RANGE, ALU_ENGINES, ActFunc, AluOp, act_func, alu_op, name_of
+from .rules import RULES, Finding, Rule
+
+__all__ = ["ACT_RANGE", "ALU_ENGINES", "ActFunc", "AluOp", "COMPUTE_INSTRS", "DTYPES", "ENGINES",
+           "FLOAT_DTYPES", "FP32_EXACT_INT", "Finding", "INSTRS", "INT_DTYPES", "InstrSpec", "Opnd",
+           "RULES", "Rule", "act_func", "activation_range_finding", "alu_op", "check_indirect",
+           "check_instr", "instr_spec", "int_compare_finding", "name_of", "reduce_axis_finding", "resolve_engine"]

@@ -1,0 +1,131 @@
+"""Every conformance rule: a stable id, what it says, and where the NKI documentation says it.
+
+Citations are paths in aws-neuron/aws-neuron-sdk at the SDK 2.32 docs (commit 81ce03ae) unless they
+name SDK 2.26 (commit 8a38e733, ``general/nki/...``). ``ISA`` = ``nki/api/nki/isa/__init__.py``
+(the ``nisa`` docstring stubs), ``SHARED`` = ``nki/api/nki.api.shared.rst``. docs/nki-rules.md is
+the human-readable version of this table, with the quotes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ISA = "nki/api/nki/isa/__init__.py"
+SHARED = "nki/api/nki.api.shared.rst"
+SHARED_226 = "SDK 2.26 general/nki/api/nki.api.shared.rst"
+APS = "nki/deep-dives/nki-aps.rst"
+MIG = "nki/migration/index.rst"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    text: str
+    citation: str
+
+
+_RULES = [
+    Rule("instr-known", "only documented nisa instructions are emitted", f"{ISA} (function list)"),
+    Rule("engine-allowed", "an instruction runs only on the engines its docstring names for the target",
+         f"{ISA} <instruction> docstring, `engine` parameter"),
+    Rule("tensor-copy-scalar-v2", "tensor_copy is not supported on the Scalar Engine on NeuronCore-v2 (trn1)",
+         f"{ISA} tensor_copy: 'On NeuronCore v2, tensor_copy is not supported on the Scalar Engine'"),
+    Rule("alu-op-table", "an ALU operator (op/op0/op1/reduce_op) must be one of table tbl-aluop "
+         "(nl.divide is not one)", f"{SHARED} tbl-aluop 'Supported Math Operators by NKI ISA'"),
+    Rule("alu-op-engine", "an ALU operator runs only on the engines the operator table lists for it "
+         "(subtract, max, min, comparisons, logical and bitvec ops: Vector; power: GpSimd; add/multiply "
+         "on Scalar only from NeuronCore-v3)",
+         f"{SHARED_226} tbl-aluop 'Supported Engine' column and note; {ISA} tensor_tensor 'op'"),
+    Rule("tensor-scalar-gpsimd-rsqrt", "tensor_scalar may run on GpSimd only for rsqrt",
+         f"{ISA} tensor_scalar `engine`: 'nki.isa.engine.gpsimd (only allowed for rsqrt)'"),
+    Rule("tensor-scalar-scalar-combo", "tensor_scalar on the Scalar Engine of trn2 takes only "
+         "(multiply, add), (multiply) or (add)", f"{ISA} tensor_scalar 'The Scalar Engine on trn2 only "
+         "supports some operator combinations'"),
+    Rule("op-class-mix", "tensor_scalar op0 and op1 must both be bitvec or both arithmetic",
+         f"{ISA} tensor_scalar 'must be of the same type'"),
+    Rule("bitvec-integer", "bitvec operators need integer input/output dtypes",
+         f"{SHARED} tbl-aluop intro; {ISA} tensor_tensor/tensor_scalar/tensor_reduce 'Data types'"),
+    Rule("tensor-scalar-fp32-operand", "with arithmetic operators, tensor_scalar operand0/operand1 must "
+         "be float32: a [P, 1] tile operand must be a float32 tile (number literals are converted)",
+         f"{ISA} tensor_scalar 'the operand0 and operand1 (if used) must be float32'"),
+    Rule("unary-operand", "a unary operator's operand must be None or 0",
+         f"{ISA} tensor_scalar operand0 'Must be None or 0 when op0 is a unary operator'"),
+    Rule("reduce-op-legal", "a reduction operator must have 'Legal Reduction op' = Y",
+         f"{SHARED} tbl-aluop 'Legal Reduction op' column"),
+    Rule("reduce-axis", "tensor_reduce reduces the last contiguous free axes, never axis 0",
+         f"{ISA} tensor_reduce 'axis'"),
+    Rule("activation-func-table", "activation op must be one of table tbl-act-func (there is no cos)",
+         f"{SHARED} tbl-act-func 'Supported Activation Functions by NKI ISA'"),
+    Rule("activation-range", "activation input (data*scale+bias) must lie in the function's Valid Input "
+         "Range (sin: [-pi, pi]; log, sqrt, rsqrt, reciprocal, arctan: see table)",
+         f"{SHARED} tbl-act-func 'Valid Input Range' and the note below it"),
+    Rule("activation-reduce-add", "activation reduce_op must be nl.add",
+         f"{ISA} activation: 'reduce_op must be nl.add'"),
+    Rule("activation-scale-fp32", "activation scale must be a float32 scalar or [N, 1] float32 tile",
+         f"{ISA} activation 'The scale parameter must have a float32 data type'"),
+    Rule("activation-bias", "activation bias: a [N, 1] tile on NeuronCore-v2 (a scalar only from v3), "
+         "any dtype but tfloat32", f"{ISA} activation 'Layout' and 'Data types'"),
+    Rule("activation-reciprocal-bias-v2", "activation(op=nl.reciprocal) cannot take a bias on NeuronCore-v2",
+         f"{SHARED} nki-engine-sel 'doesn't support setting bias on NeuronCore-v2'"),
+    Rule("transpose-same-dtype", "nc_transpose output dtype must equal the input dtype",
+         f"{ISA} nc_transpose 'The output dst tile must have the same data type as that of data'"),
+    Rule("transpose-shape", "nc_transpose: TensorE <= [128, 128], VectorE <= [32, 32]; dst is [F, P]",
+         f"{ISA} nc_transpose 'Tile size'"),
+    Rule("matmul-dtype", "nc_matmul inputs are fp8/bf16/fp16/tf32/fp32 (fp32/tf32 only with fp32/tf32); "
+         "dst is float32 on NeuronCore-v2/v3", f"{ISA} nc_matmul 'Data types'"),
+    Rule("matmul-shape", "nc_matmul: K equal and <= 128, stationary free <= 128, moving free <= 512 "
+         "(v2/v3), dst [M, N]", f"{ISA} nc_matmul 'Tile size' and 'Layout'"),
+    Rule("matmul-first-overwrite", "the first nc_matmul into a PSUM location must overwrite "
+         "(accumulate=False or None); accumulate=True on an uninitialised location is undefined",
+         f"{ISA} nc_matmul 'Accumulation mode'"),
+    Rule("matmul-accumulate-nonmatmul", "nc_matmul must not accumulate onto PSUM initialised by a "
+         "non-matmul instruction (memset, tensor_copy, ...) on NeuronCore-v2/v3",
+         f"{ISA} nc_matmul 'Accumulation mode' note"),
+    Rule("memory", "operands live in the memories the instruction allows (TensorE: SBUF in, PSUM out; "
+         "compute engines: SBUF/PSUM, never HBM; iota/affine_select dst: SBUF; DMA: HBM/SBUF)",
+         f"{ISA} <instruction> 'Memory types'"),
+    Rule("gpsimd-no-psum", "GpSimd cannot access PSUM", f"{ISA} tensor_copy / tensor_tensor "
+         "'GpSimd Engine cannot access PSUM'"),
+    Rule("psum-inputs", "two-input instructions cannot read both inputs from PSUM "
+         "(tensor_tensor data1/data2, tensor_copy_predicated src/predicate)",
+         f"{ISA} tensor_tensor 'cannot both reside in PSUM'; tensor_copy_predicated"),
+    Rule("predicate-dtype", "tensor_copy_predicated: predicate uint8/uint16/uint32; src and dst same dtype",
+         f"{ISA} tensor_copy_predicated 'Shape and data type constraints'"),
+    Rule("memset-literal-type", "memset value must match the destination dtype: integer tiles take an "
+         "integer literal", f"{MIG} 'nisa.memset — strict type matching'"),
+    Rule("dtype-known", "tiles use a dtype of table tbl-dtype", f"{SHARED} tbl-dtype"),
+    Rule("iota-pattern", "iota pattern has at most 4 [step, num] pairs whose counts multiply to the "
+         "elements per partition of dst", f"{ISA} iota"),
+    Rule("dma-elements", "dma_copy src and dst hold the same number of elements",
+         f"{ISA} dma_copy 'Tile size'"),
+    Rule("indirect-dma", "vector-offset indirect DMA: the indexed tensor is in HBM, indirect_dim=0, the "
+         "offsets are a [P, 1] SBUF tile", f"{ISA} dma_copy 'Indirect addressing'; {APS} 'Vector Dynamic Access'"),
+    Rule("indirect-dma-row-stride", "vector-offset indirect DMA takes the row stride from the base "
+         "tensor's shape (elements right of dim 0), ignoring the pattern's; they must agree",
+         f"{APS} 'Vector Dynamic Access': 'the stride specified in the leading dimension of the pattern "
+         "in the .ap() is currently ignored'"),
+    Rule("int-fp32-exact", "integer values above 2^24 compared on an engine that computes in float32 "
+         "give wrong answers (arithmetic ops cast inputs to float32)",
+         f"{SHARED} tbl-aluop intro 'convert input elements into float32'; {ISA} tensor_tensor 'Float types'"),
+]
+
+RULES: dict[str, Rule] = {r.id: r for r in _RULES}
+assert len(RULES) == len(_RULES), "duplicate rule id"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violation: the rule broken and what exactly broke it."""
+
+    rule: str
+    detail: str
+
+    @property
+    def citation(self) -> str:
+        return RULES[self.rule].citation
+
+    def cited(self) -> str:
+        """The detail with its citation (callers that print the rule id themselves)."""
+        return f"{self.detail} (NKI docs: {self.citation})"
+
+    def message(self) -> str:
+        return f"[{self.rule}] {self.cited()}"
