@@ -33,9 +33,12 @@ def _grads(model, params, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]
     return loss.detach(), {n: p.grad.detach().clone() for n, p in params.items()}
 
 
-@pytest.mark.parametrize("seq,pad", [(77, 30)])
-def test_llama_left_padded_batch_gradients(seq, pad):
-    model = _model()
+# fp32: summation order only. bf16: eager rounds every op's output to bf16 and our fused kernels keep
+# fp32 on chip, so gradients differ by a few bf16 ulps of the tensor's largest entry (measured 1.0%
+# at most; the wrong padded-row semantics gave 19% to 3000%)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
+def test_llama_left_padded_batch_gradients(dtype, tol, seq=77, pad=30):
+    model = _model().to(dtype)
     params = dict(model.named_parameters())
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 256, (2, seq), generator=g)
@@ -49,8 +52,9 @@ def test_llama_left_padded_batch_gradients(seq, pad):
     loss_c, grads_c = _grads(compiled, params, batch)
     bad = {}
     for name, ge in grads_e.items():
-        rel = ((grads_c[name] - ge).abs().max() / ge.abs().max().clamp_min(1e-12)).item()
-        if rel > 1e-4:
+        ge, gc = ge.float(), grads_c[name].float()
+        rel = ((gc - ge).abs().max() / ge.abs().max().clamp_min(1e-12)).item()
+        if rel > tol:
             bad[name] = rel
     assert not bad, f"parameters with gradients off eager (max rel. error): {bad}"
-    torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loss_c, loss_e, rtol=tol / 10, atol=tol / 10)
