@@ -351,7 +351,8 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     nsets = max(1, min(FWD_SETS, kb.target.psum_banks // (nb + low)))
     tri = ctx.causal and ctx.mask is None            # causal alone: the mask is a matmul into PSUM
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
-               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for P^T and the output), "
+               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for the output"
+               f"{' and P^T' if not low else f', P^T through a {dt} PSUM bank'}), "
                f"{nsets} query tile(s) in flight; row sums from a ones column of V, 1/rowsum at the end; "
                f"{'causal blocks skipped, diagonal mask added on TensorE; ' if ctx.causal else ''}"
                f"evictions balanced between VectorE and ScalarE")
