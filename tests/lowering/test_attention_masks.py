@@ -171,15 +171,18 @@ def test_dead_rows_across_online_softmax_steps(kind, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_math_form_masked_rows(dtype):
-    """Cases the kernels do not take (head dim 160 -> math with the flash op's semantics; 3-D inputs
-    -> eager's own math path with _safe_softmax) with left padding."""
-    def fn(q, k, v, m, q3, m3):
+    """Cases the kernels do not take (head dim 160 -> math with the flash op's semantics; 3-D inputs,
+    and a float mask that itself requires grad -> eager's own math path with _safe_softmax, which
+    also gives dead rows output 0 and zero gradients) with left padding."""
+    def fn(q, k, v, m, q3, m3, q4, fm):
         return (F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-                F.scaled_dot_product_attention(q3, q3, q3, attn_mask=m3))
+                F.scaled_dot_product_attention(q3, q3, q3, attn_mask=m3),
+                F.scaled_dot_product_attention(q4, q4, q4, attn_mask=fm))
     m = _causal_padded(2, 77, 77, [0, 30])
     q3 = torch.randn(2, 77, 16, generator=torch.Generator().manual_seed(9)).to(dtype)
-    check_cases(fn, [_qkv(2, 1, 77, 160, dtype) + [m, q3, m[:, 0]]], grad=True,
-                atol=1e-4 if dtype == F32 else None)
+    fm = _additive(m, float("-inf"), dtype)
+    check_cases(fn, [_qkv(2, 1, 77, 160, dtype) + [m, q3, m[:, 0], _qkv(2, 2, 77, 16, dtype, seed=5)[0], fm]],
+                grad=True, atol=1e-4 if dtype == F32 else None)
 
 
 def test_masked_bias_constants():
