@@ -204,56 +204,93 @@ def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
 
 
 def _sdpa_scores(q, k, attn_mask, is_causal: bool, scale):
-    """scale * q @ k^T + mask (causal: top-left aligned, as torch's CPU flash kernel), fp32."""
+    """scale * q @ k^T + mask in fp32, as torch's CPU flash kernel forms them: causal top-left
+    aligned, masked-out scores (bool False, causal) -inf, additive masks added as they are."""
     sc = scale if scale is not None else 1.0 / (q.shape[-1] ** 0.5)
-    if k.shape[1] != q.shape[1]:  # grouped-query heads
-        rep = q.shape[1] // k.shape[1]
-        k = aten.repeat_interleave.self_int(k, rep, 1)
+    k = _sdpa_gqa_v(q, k)
     qf, kf = (aten._to_copy.default(x, dtype=torch.float32) for x in (q, k))
     s = aten.mul.Tensor(aten.matmul.default(qf, aten.transpose.int(kf, -2, -1)), sc)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = aten.where.self(attn_mask, s, aten.scalar_tensor.default(float("-inf")))
+        else:
+            s = aten.add.Tensor(s, aten._to_copy.default(attn_mask, dtype=torch.float32))
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
         keep = aten.ge.Tensor(aten.view.default(aten.arange.default(L, device=q.device), [L, 1]),
                               aten.arange.default(S, device=q.device))
         s = aten.where.self(keep, s, aten.scalar_tensor.default(float("-inf")))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            s = aten.where.self(attn_mask, s, aten.scalar_tensor.default(float("-inf")))
-        else:
-            s = aten.add.Tensor(s, attn_mask)
     return s
 
 
 def _sdpa_gqa_v(q, v):
+    """K or V with its heads repeated to the query heads (grouped-query attention)."""
     if v.shape[1] != q.shape[1]:
         return aten.repeat_interleave.self_int(v, q.shape[1] // v.shape[1], 1)
     return v
 
 
+def _gqa_sum(g, kv_heads: int):
+    """The gradient of repeated K/V heads summed back onto the shared heads."""
+    B, H, S, D = g.shape
+    if H == kv_heads:
+        return g
+    return aten.sum.dim_IntList(aten.view.default(g, [B, kv_heads, H // kv_heads, S, D]), [2])
+
+
+def _gqa_flash(q, k, v, dropout_p, attn_mask) -> bool:
+    """Grouped-query heads the flash kernel takes once K and V are repeated to the query heads."""
+    from ..lowering.attention import unsupported
+    if k.dim() != 4 or q.dim() != 4 or k.shape[1] == q.shape[1] or q.shape[1] % k.shape[1]:
+        return False
+    return unsupported(q, _sdpa_gqa_v(q, k), _sdpa_gqa_v(q, v), dropout_p, attn_mask) is None
+
+
 @_register(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def flash_attention_cpu(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask=None,
                         scale=None):
-    """Kept whole (our flash kernel, lowering/attention.py) when the kernel takes the case, else math
-    with a real logsumexp, so its backward (below) still has what it needs."""
+    """Kept whole (our flash kernel, lowering/attention.py) when the kernel takes the case; grouped-
+    query heads go to the kernel with K and V repeated; anything else becomes math with torch's CPU
+    flash semantics and a real logsumexp, so its backward (below) still has what it needs.
+
+    Those semantics, for a query row: m = max of its scores, l = sum exp(s - m), out = sum exp(s - m) v
+    / l, lse = m + log l; a row whose every score is -inf gets m = 0, l = 1, hence out = 0 and
+    lse = 0 (and zero gradients). Finite masks such as finfo.min are plain arithmetic: a row masked
+    only by them is a uniform average, and its backward (P = exp(s - lse) with lse rounded to s) is
+    what torch's kernel computes too."""
     from ..lowering.attention import unsupported
     if unsupported(q, k, v, dropout_p, attn_mask) is None:
         return NotImplemented
     if dropout_p:
         return _CORE_FLASH(q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    if _gqa_flash(q, k, v, dropout_p, attn_mask):
+        return aten._scaled_dot_product_flash_attention_for_cpu.default(
+            q, _sdpa_gqa_v(q, k), _sdpa_gqa_v(q, v), dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
     s = _sdpa_scores(q, k, attn_mask, is_causal, scale)
-    lse = aten.logsumexp.default(s, [-1])
-    p = aten.exp.default(aten.sub.Tensor(s, aten.unsqueeze.default(lse, -1)))
-    out = aten.matmul.default(aten._to_copy.default(p, dtype=q.dtype), _sdpa_gqa_v(q, v))
-    return out, lse
+    m = aten.amax.default(s, [-1], True)
+    m = aten.where.self(aten.eq.Scalar(m, float("-inf")), aten.scalar_tensor.default(0.0), m)
+    e = aten.exp.default(aten.sub.Tensor(s, m))
+    l = aten.sum.dim_IntList(e, [-1], True)
+    l = aten.where.self(aten.eq.Scalar(l, 0.0), aten.scalar_tensor.default(1.0), l)
+    vf = aten._to_copy.default(_sdpa_gqa_v(q, v), dtype=torch.float32)
+    out = aten.div.Tensor(aten.matmul.default(e, vf), l)
+    lse = aten.squeeze.dim(aten.add.Tensor(m, aten.log.default(l)), -1)
+    return aten._to_copy.default(out, dtype=q.dtype), lse
 
 
 @_register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def flash_attention_cpu_backward(grad_out, q, k, v, out, lse, dropout_p: float, is_causal: bool, *,
                                  attn_mask=None, scale=None):
-    """FA-2 gradients in ATen ops for the cases the flash kernel does not take."""
+    """FA-2 gradients (the flash kernel's, or in ATen ops for the cases it does not take); P =
+    exp(s - lse) is 0 on rows left without keys, whose lse is 0."""
     from ..lowering.attention import unsupported
     if unsupported(q, k, v, dropout_p, attn_mask) is None or dropout_p:
         return NotImplemented
+    if _gqa_flash(q, k, v, dropout_p, attn_mask):
+        dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+            grad_out, q, _sdpa_gqa_v(q, k), _sdpa_gqa_v(q, v), out, lse, dropout_p, is_causal,
+            attn_mask=attn_mask, scale=scale)
+        return dq, _gqa_sum(dk, k.shape[1]), _gqa_sum(dv, v.shape[1])
     sc = scale if scale is not None else 1.0 / (q.shape[-1] ** 0.5)
     f32 = torch.float32
     s = _sdpa_scores(q, k, attn_mask, is_causal, scale)
@@ -268,11 +305,7 @@ def flash_attention_cpu_backward(grad_out, q, k, v, out, lse, dropout_p: float, 
     ds = aten.mul.Tensor(aten.mul.Tensor(p, aten.sub.Tensor(dp, di)), sc)
     dq = aten.matmul.default(ds, kf)
     dk = aten.matmul.default(aten.transpose.int(ds, -2, -1), qf)
-    if k.shape[1] != q.shape[1]:
-        rep = q.shape[1] // k.shape[1]
-        B, H, S, D = dk.shape
-        dk = aten.sum.dim_IntList(aten.view.default(dk, [B, H // rep, rep, S, D]), [2])
-        dv = aten.sum.dim_IntList(aten.view.default(dv, [B, H // rep, rep, S, D]), [2])
+    dk, dv = _gqa_sum(dk, k.shape[1]), _gqa_sum(dv, v.shape[1])
     return tuple(aten._to_copy.default(x, dtype=q.dtype) for x in (dq, dk, dv))
 
 

@@ -5,7 +5,8 @@ which itself reads this package's registries, so importing either package first 
 """
 from . import pointwise  # noqa: F401  (registers pointwise ops and reductions)
 from . import matmul  # noqa: F401
-from . import attention  # noqa: F401  (flash attention forward / backward)
+from . import attention  # noqa: F401  (flash attention forward)
+from . import attention_bwd  # noqa: F401  (flash attention backward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)
 from .layout import LoweringError
 

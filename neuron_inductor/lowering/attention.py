@@ -2,18 +2,31 @@
 
 The backend traces ``scaled_dot_product_attention`` letting torch pick its CPU flash kernel, so
 attention reaches us as one forward op (returning ``(out, logsumexp)``) and one backward op with
-clear semantics, instead of a score matrix materialised between a dozen ops. Cases these kernels do
-not take (dropout, head dim > 128, GQA, very long sequences) are decomposed to math by
-``graph/decompositions.py`` before we ever see them, so nothing becomes an eager fallback.
+clear semantics, instead of a score matrix materialised between a dozen ops. Grouped-query heads
+reach these kernels with K and V repeated; cases they do not take (dropout, head dim > 128, very long
+sequences) are decomposed to math by ``graph/decompositions.py`` before we ever see them, so nothing
+becomes an eager fallback.
 
-Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (PSUM banks
-of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -BIG upper
+Masks follow torch's CPU flash kernel, which is what eager runs on CPU: masked-out scores (bool False,
+-inf, causal) get the bias -HARD, finite additive values (``finfo.min``) are added as they are (clamped
+at -SOFT), and a query row left without any key (left padding) gets output 0 and logsumexp 0, so its
+gradients are 0 too (see ``_Ctx``).
+
+Instructions follow the documented NKI rules (../shared/docs/nki.md §9): comparisons, maximum and
+subtract on VectorE; float32 scalar operands; 1 / rowsum by a reciprocal, never a divide ALU op;
+ScalarE copies as ``activation(copy)`` (``tensor_copy`` is not on ScalarE on trn1); a TensorE transpose
+writes a PSUM tile of its input's dtype, so with bf16/fp16 operands every query tile (forward) and head
+(backward) in flight also holds a PSUM bank of that dtype.
+
+Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (fp32) or
+``KEY_STEP_LOW`` (bf16/fp16) (PSUM banks of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
 triangle added by an identity matmul into the same PSUM group, no VectorE pass; other masks added while
 leaving PSUM), row max straight from PSUM (VectorE), P = exp(scale*s - scale*m) in the matmul dtype
 (ScalarE, scale folded into the activation), P^T in 128x128 blocks on TensorE written into the score
-banks just consumed, evicted, and P [V | 1] accumulated in PSUM: a ones column of V yields the row
+banks just consumed (fp32) or the set's transpose bank (bf16/fp16), evicted, and P [V | 1] accumulated
+in PSUM: a ones column of V yields the row
 sums, so no activation reduce is needed. Across steps the output and sums are rescaled in fp32 SBUF
-(online softmax) and divided by the row sum once at the end (FA-2). Scores never leave the chip;
+(online softmax) and scaled by 1 / row sum once at the end (FA-2). Scores never leave the chip;
 causal key blocks right of the diagonal are never computed. Each query tile's three passes over its
 scores (max, exp, P^T eviction) are all VectorE/ScalarE work: evictions go to whichever of the two has
 less work so far, priced by the cost model, and four query tiles are in flight (own PSUM banks).
@@ -21,11 +34,7 @@ Q and K come in 512-row groups, four rows per partition when the lengths allow (
 instead of one 256-byte row each), put back in row order by strided PSUM evictions; the logsumexp is
 finished and stored once per batch entry with the heads innermost, where torch keeps it contiguous.
 
-Backward (FA-2, nki.md §6.7), per (batch, head), per 128-key tile (dK, dV accumulated in PSUM over the
-query tiles): S recomputed, P = exp(scale*s - lse) straight from the saved logsumexp, dV += P^T dO,
-dP = dO V^T, dS = scale * P * (dP - D) with D = rowsum(dO * O) precomputed per query tile,
-dK += dS^T Q, and dQ += dS K accumulated in an SBUF fp32 buffer across key tiles (dS^T by a TensorE
-transpose). Work tiles rotate through a few sets so consecutive blocks overlap across engines.
+The backward kernel is in ``attention_bwd.py``.
 """
 from __future__ import annotations
 
@@ -50,14 +59,30 @@ BLOCKS_PER_BANK = NMAX // PMAX
 #: output once consumed, so four query tiles fit PSUM at once (measured by the cost model at Llama
 #: shape: 2048-key steps with two tiles in flight were latency bound, 2.36x vs 1.66x of roofline)
 KEY_STEP = 1024
-#: a masked score: finite, so "masked - max" never makes a NaN (exp underflows to 0 instead)
-BIG = 1.0e30
+#: the bias of a score masked out (bool mask False, additive mask -inf, causal), in unscaled-score
+#: units: finite, so "masked - max" never makes a NaN, and so far below every other score that
+#: exp underflows to 0 and a row with no key left is recognisable by its maximum
+HARD = 1.0e34
+#: finite additive mask values are clamped here (after the division by the scale, which overflows
+#: for ``finfo.min``): far below real scores, far above HARD, so a row masked only by finite values
+#: keeps them as scores (a uniform softmax for ``finfo.min``, exactly as eager computes it)
+SOFT = 1.0e30
+#: a row maximum below this means every key of the row is masked out: torch's CPU flash kernel then
+#: gives output 0 and logsumexp 0, so the row's gradients are 0 as well
+DEAD = -HARD / 2
+#: -float32 max: additive mask values below it are -inf
+NEG_F32_MAX = -3.4028234663852886e38
 FLASH_FWD = aten._scaled_dot_product_flash_attention_for_cpu.default
 FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 #: longest sequence the kernels keep per-head operands for in SBUF (longer ones are decomposed)
 MAX_SEQ = 8192
 #: query tiles in flight (each holds its own PSUM banks and SBUF tiles)
 FWD_SETS = 4
+#: keys per online-softmax step with bf16/fp16 operands: their P^T needs its own PSUM tile (a
+#: transpose writes its input's dtype), so a set holds one score bank and one P^T bank and four
+#: query tiles stay in flight (cost model at Llama shape: 1024-key steps with two sets, or three
+#: sets sharing two P^T tiles, were latency bound at ~3.1x of roofline against ~2.3x)
+KEY_STEP_LOW = 512
 
 
 def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
@@ -131,40 +156,70 @@ def _results(n: fx.Node, out_tensors: dict, out_meta: dict) -> dict[int, tuple[H
     return res
 
 
+def copy_instr(engine: str, dst: TileRegion, src: TileRegion) -> Instr:
+    """A copy (PSUM eviction, SBUF reorder) on ``engine``. ScalarE copies are ``activation(copy)``:
+    ``tensor_copy`` on the Scalar engine is not supported on NeuronCore-v2 (trn1), the activation
+    copy is on every target, at the same cost."""
+    if engine == "scalar":
+        return Instr("scalar", "activation", dst, {"data": src}, {"op": "copy"})
+    return Instr(engine, "tensor_copy", dst, {"src": src}, {})
+
+
 class _Ctx:
-    """Shared plumbing of both kernels: engines by role, masks."""
+    """Shared plumbing of both kernels: engines by role, masks.
+
+    Mask semantics are torch's CPU flash kernel's (what eager runs on CPU): masked-out scores (bool
+    False, additive -inf, causal) get -HARD; finite additive values are added as they are (clamped
+    at -SOFT); a query row whose every key is masked out yields output 0 and logsumexp 0, hence zero
+    gradients (see ``DEAD``)."""
 
     def __init__(self, kb: KernelBuilder, scale: float, causal: bool, mask: _T4 | None,
                  mask_bool: bool) -> None:
         self.kb, self.scale, self.causal, self.mask, self.mask_bool = kb, scale, causal, mask, mask_bool
         self._flip = 0
 
+    @property
+    def needs_tmp(self) -> bool:
+        """Whether ``bias`` needs its second tile (a causal or -inf part next to the mask)."""
+        return self.mask is not None and (self.causal or not self.mask_bool)
+
+    @property
+    def rows_may_die(self) -> bool:
+        """A mask can leave a query row without keys (causal alone cannot: top-left aligned, query q
+        always sees key 0)."""
+        return self.mask is not None
+
     def evict(self, dst: TileRegion, src: TileRegion, engine: str | None = None) -> None:
         """PSUM -> SBUF copies alternate ScalarE / VectorE, which both also carry a score pass;
         ``engine`` pins one where the other is the busier."""
         self._flip ^= 1
-        self.kb.instr(engine or ("scalar" if self._flip else "vector"), "tensor_copy", dst, {"src": src})
+        self.kb.add(copy_instr(engine or ("scalar" if self._flip else "vector"), dst, src))
 
     def needs_mask(self, q0: int, rows: int, k0: int, cols: int) -> bool:
         return self.mask is not None or (self.causal and k0 + cols - 1 > q0)
 
     def bias(self, tile: Tile, tmp: Tile, b, h, q0: int, rows: int, k0: int, cols: int) -> TileRegion:
-        """The additive score bias of block [q0:q0+rows, k0:k0+cols] in unscaled-score units."""
+        """The additive score bias of block [q0:q0+rows, k0:k0+cols] in unscaled-score units
+        (comparisons, maximum and subtract run on VectorE, the only engine that has them)."""
         kb = self.kb
         r = tile.region(rows, cols)
+        t = tmp.region(rows, cols) if tmp is not None else None
         if self.mask is not None:
             kb.dma(r, self.mask.rows(b, h, q0, rows, cols, k0))
-            if self.mask_bool:   # {0, 1} -> {-BIG, 0}
-                kb.instr("gpsimd", "tensor_scalar", r, {"data": r, "operand0": 1.0, "operand1": BIG},
+            if self.mask_bool:   # {0, 1} -> {-HARD, 0}
+                kb.instr("vector", "tensor_scalar", r, {"data": r, "operand0": 1.0, "operand1": HARD},
                          op0="subtract", op1="multiply")
-            else:                # m / scale, -inf clamped to -BIG
-                kb.instr("gpsimd", "tensor_scalar", r, {"data": r, "operand0": 1.0 / self.scale,
-                                                        "operand1": -BIG}, op0="multiply", op1="maximum")
+            else:                # -inf -> -HARD; finite m -> max(m / scale, -SOFT)
+                kb.instr("vector", "tensor_scalar", t, {"data": r, "operand0": NEG_F32_MAX, "operand1": -HARD},
+                         op0="less", op1="multiply")
+                kb.instr("vector", "tensor_scalar", r, {"data": r, "operand0": 1.0 / self.scale,
+                                                        "operand1": -SOFT}, op0="multiply", op1="maximum")
+                kb.instr("gpsimd", "tensor_tensor", r, {"data1": r, "data2": t}, op="add")
         if self.causal and k0 + cols - 1 > q0:
-            dst = tmp.region(rows, cols) if self.mask is not None else r
+            dst = t if self.mask is not None else r
             # value (k - q) = (k0 + f) - (q0 + p) > 0 is masked
             kb.instr("gpsimd", "iota", dst, {}, pattern=[[1, cols]], offset=k0 - q0, channel_multiplier=-1)
-            kb.instr("gpsimd", "tensor_scalar", dst, {"data": dst, "operand0": 0, "operand1": -BIG},
+            kb.instr("vector", "tensor_scalar", dst, {"data": dst, "operand0": 0.0, "operand1": -HARD},
                      op0="greater", op1="multiply")
             if self.mask is not None:
                 kb.instr("gpsimd", "tensor_tensor", r, {"data1": r, "data2": dst}, op="add")
@@ -189,24 +244,27 @@ def _rows_per_partition(x: _T4, S: int, D: int) -> int:
 
 
 def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: int, D: int, dt: str,
-                  ps: Tile, r: int) -> Tile:
-    """Rows [g0, g0 + n) (n <= 512) of a head transposed: [D, n] in a [128, 512] tile. With r > 1 each
+                  tp: tuple[Tile, int], r: int) -> Tile:
+    """Rows [g0, g0 + n) (n <= 512) of a head transposed: [D, n] in a [128, 512] tile, transposed
+    through 512 columns of the PSUM tile ``tp`` = (tile, first column), whose dtype is ``dt`` (a
+    TensorE transpose writes its input's dtype). With r > 1 each
     partition loads r consecutive rows in one descriptor; the r TensorE transposes then hold rows
     r*p + j in column p, so their evictions write with stride r into a (128, 512 / r, r) tile whose
     flattened free index is the row offset, and one GpSimd copy (an engine with room in this kernel)
     makes it the plain 2-D tile TensorE operands must be."""
     out = kb.tile((PMAX, NMAX), dt, prefix="xT")
+    ps, pc = tp
     if r > 1:
         stage = kb.tile((PMAX, r, D), dt, prefix="x_rows")
         kb.dma(stage.region(PMAX, r, D),
                HBMAccess(x.param, x.off + b * x.st[0] + h * x.st[1] + g0 * x.st[2],
                          ((r * x.st[2], PMAX), (x.st[2], r), (x.st[3], D))))
         for j in range(r):
-            kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * j), (D, PMAX)),
+            kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, pc + PMAX * j), (D, PMAX)),
                      {"data": TileRegion(stage, (0, j, 0), (PMAX, 1, D))})
         inter = kb.tile((PMAX, NMAX // r, r), dt, prefix="xT_strided")
         for j in range(r):
-            bal.copy(TileRegion(inter, (0, 0, j), (D, PMAX, 1)), TileRegion(ps, (0, PMAX * j), (D, PMAX)))
+            bal.copy(TileRegion(inter, (0, 0, j), (D, PMAX, 1)), TileRegion(ps, (0, pc + PMAX * j), (D, PMAX)))
         kb.instr("gpsimd", "tensor_copy", out.region(D, NMAX), {"src": inter.region(D, NMAX // r, r)})
         return out
     stage = kb.tile((PMAX, BLOCKS_PER_BANK * D), dt, prefix="x_rows")
@@ -214,9 +272,17 @@ def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: 
         cols = min(PMAX, n - PMAX * jj)
         sr = TileRegion(stage, (0, D * jj), (cols, D))
         kb.dma(sr, x.rows(b, h, g0 + PMAX * jj, cols, D))
-        kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * jj), (D, cols)), {"data": sr})
-    bal.copy(out.region(D, n) if n == NMAX else TileRegion(out, (0, 0), (D, n)), TileRegion(ps, (0, 0), (D, n)))
+        kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, pc + PMAX * jj), (D, cols)), {"data": sr})
+    bal.copy(out.region(D, n) if n == NMAX else TileRegion(out, (0, 0), (D, n)), TileRegion(ps, (0, pc), (D, n)))
     return out
+
+
+def _tp(ts: dict, bi: int) -> tuple[Tile, int]:
+    """Where a set transposes the blocks of its score bank ``bi``: the bank itself when the operands
+    are fp32, else its columns of the set's PSUM tile in the operands' dtype."""
+    if ts["tp"] is None:
+        return ts["s"][bi], 0
+    return ts["tp"], NMAX * bi
 
 
 def _cols(t: Tile, c0: int, w: int, parts: int) -> TileRegion:
@@ -244,7 +310,8 @@ class _Balance:
         return min(self.load, key=self.load.get)
 
     def copy(self, dst: TileRegion, src: TileRegion) -> None:
-        self.instr(self.either(), "tensor_copy", dst, {"src": src})
+        ins = copy_instr(self.either(), dst, src)
+        self.instr(ins.engine, ins.op, dst, ins.srcs, **ins.attrs)
 
     def scale_rows(self, dst: TileRegion, src: TileRegion, factor: TileRegion) -> None:
         """dst = src * factor (a [P, 1] column) on the less busy engine."""
@@ -276,26 +343,31 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     out_dt = res[0][0].dtype if 0 in res else "float32"
     dt = hw_dtype(sources[qn].base_dtype)           # matmul operands: the inputs' own precision
     nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    step = min(KEY_STEP, nk * PMAX)
+    step = min(KEY_STEP if dt == "float32" else KEY_STEP_LOW, nk * PMAX)
     nb = ceil_div(step, NMAX)                        # PSUM banks of scores per set
-    nsets = max(1, min(FWD_SETS, kb.target.psum_banks // nb))
+    # TensorE transposes write their input's dtype: with bf16/fp16 operands P^T and Q^T/K^T go through
+    # a PSUM tile of that dtype per set
+    low = dt != "float32"
+    nsets = max(1, min(FWD_SETS, kb.target.psum_banks // (nb + low)))
     tri = ctx.causal and ctx.mask is None            # causal alone: the mask is a matmul into PSUM
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
-               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for P^T and the output), "
+               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for the output"
+               f"{' and P^T' if not low else f', P^T through a {dt} PSUM bank'}), "
                f"{nsets} query tile(s) in flight; row sums from a ones column of V, 1/rowsum at the end; "
                f"{'causal blocks skipped, diagonal mask added on TensorE; ' if ctx.causal else ''}"
                f"evictions balanced between VectorE and ScalarE")
     bal = _Balance(kb)
     ident = trim = None
-    if tri:   # identity and the strict upper triangle (-BIG where key > query), built once
+    if tri:   # identity and the strict upper triangle (-HARD where key > query), built once
         ident = kb.tile((PMAX, PMAX), dt, prefix="ident")
         trim = kb.tile((PMAX, PMAX), dt, prefix="tri")
         kb.instr("gpsimd", "iota", ident.region(PMAX, PMAX), {}, pattern=[[1, PMAX]], offset=0,
                  channel_multiplier=-1)
-        kb.instr("gpsimd", "tensor_scalar", trim.region(PMAX, PMAX),
-                 {"data": ident.region(PMAX, PMAX), "operand0": 0, "operand1": -BIG}, op0="greater", op1="multiply")
-        kb.instr("gpsimd", "tensor_scalar", ident.region(PMAX, PMAX),
-                 {"data": ident.region(PMAX, PMAX), "operand0": 0}, op0="equal")
+        kb.instr("vector", "tensor_scalar", trim.region(PMAX, PMAX),
+                 {"data": ident.region(PMAX, PMAX), "operand0": 0.0, "operand1": -HARD}, op0="greater",
+                 op1="multiply")
+        kb.instr("vector", "tensor_scalar", ident.region(PMAX, PMAX),
+                 {"data": ident.region(PMAX, PMAX), "operand0": 0.0}, op0="equal")
     with kb.loop(B, "affine", "b") as b:
         # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
         # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
@@ -309,11 +381,12 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         with kb.loop(H, "affine", "h") as h:
             sets = [dict(
                 s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
+                tp=kb.tile((PMAX, NMAX * nb), dt, "psum", prefix="t_ps") if low else None,
                 p=kb.tile((PMAX, step), dt, prefix="p"),
                 pts=[kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nb)],
                 ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
                 bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
-                tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
+                tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
                 st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
                 osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
                 oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
@@ -325,8 +398,8 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             kT, vr = [], []
             rk, rq = _rows_per_partition(k, Sk, D), _rows_per_partition(q, Sq, D)
             for g in range(ceil_div(nk, per)):
-                ps = sets[g % nsets]["s"][(g // nsets) % nb]
-                kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, ps, rk))
+                tp = _tp(sets[g % nsets], (g // nsets) % nb)
+                kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, tp, rk))
                 vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
                 kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
                 for j in range(g * per, min(nk, (g + 1) * per)):
@@ -336,7 +409,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             for i in range(nq):
                 if i % per == 0:   # Q^T of the next 512 queries, transposed in the bank its first tile uses
                     qT = _load_group_T(kb, bal, q, b, h, PMAX * i, min(NMAX, Sq - PMAX * i), D, dt,
-                                       sets[i % nsets]["s"][-1], rq)
+                                       _tp(sets[i % nsets], nb - 1), rq)
                 _fwd_qtile(kb, ctx, bal, sets[i % nsets], qT, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
                            D, step)
         if lse is not None:
@@ -349,8 +422,14 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
     lt, mt = cols
     lr, mr = lt.region(PMAX, nq, H), mt.region(PMAX, nq, H)
     bal.instr("scalar", "activation", lr, {"data": lr}, op="log", scale=1.0)
+    alive = None
+    if ctx.rows_may_die:   # a row left without keys gets logsumexp 0 (as torch), so P = 0 in backward
+        alive = kb.tile((PMAX, nq, H), "float32", prefix="lse_alive").region(PMAX, nq, H)
+        bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": DEAD}, op0="greater")
     kb.instr("gpsimd", "tensor_scalar", mr, {"data": mr, "operand0": ctx.scale}, op0="multiply")
     kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
+    if alive is not None:
+        kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": alive}, op="multiply")
     s0, s1, s2 = lse.st[:3]
     base = lse.off + b * s0
     full, rem = Sq // PMAX, Sq % PMAX
@@ -364,7 +443,7 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
 
 def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
     """One 128-query tile: per key step, S = Q K^T into the set's PSUM banks (causal diagonal block
-    masked by a matmul accumulating -BIG above the diagonal), row max straight from PSUM (VectorE),
+    masked by a matmul accumulating -HARD above the diagonal), row max straight from PSUM (VectorE),
     P = exp(scale * s - scale * m) in the matmul dtype (ScalarE), P^T by TensorE into the same banks,
     evicted, and P [V | 1] accumulated in the first bank; the output and row sum are rescaled across
     steps in SBUF (fp32) and divided once at the end."""
@@ -411,7 +490,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             bal.instr("vector", "tensor_reduce", m_new, {"data": TileRegion(st, (0, 8), (rows, nbk))},
                       op="maximum", axis=(1,), keepdims=True)
         if si:
-            kb.instr("gpsimd", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
+            bal.instr("vector", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
         kb.instr("gpsimd", "tensor_scalar", NEGM, {"data": m_new, "operand0": -scale}, op0="multiply")
         if si:   # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
             bal.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
@@ -419,18 +498,18 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             pr = TileRegion(ts["p"], (0, NMAX * bi), (rows, cw))
             bal.instr("scalar", "activation", pr, {"data": sp, "bias": NEGM}, op="exp", scale=scale)
             # P^T in 128-key blocks (TensorE) into this bank (its scores are consumed), evicted at once
-            ps, pt = ts["s"][bi], ts["pts"][bi]
+            (ps, pc), pt = _tp(ts, bi), ts["pts"][bi]
             nblk = ceil_div(cw, PMAX)
             for t in range(nblk):
                 kc = min(PMAX, cw - PMAX * t)
-                kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, PMAX * t), (kc, rows)),
+                kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, pc + PMAX * t), (kc, rows)),
                          {"data": TileRegion(ts["p"], (0, NMAX * bi + PMAX * t), (rows, kc))})
             if rows == PMAX and cw % PMAX == 0:
-                bal.copy(pt.region(PMAX, cw), ps.region(PMAX, cw))
+                bal.copy(pt.region(PMAX, cw), TileRegion(ps, (0, pc), (PMAX, cw)))
             else:
                 for t in range(nblk):
                     kc = min(PMAX, cw - PMAX * t)
-                    bal.copy(TileRegion(pt, (0, PMAX * t), (kc, rows)), TileRegion(ps, (0, PMAX * t), (kc, rows)))
+                    bal.copy(TileRegion(pt, (0, PMAX * t), (kc, rows)), TileRegion(ps, (0, pc + PMAX * t), (kc, rows)))
             for t in range(nblk):
                 kc = min(PMAX, cw - PMAX * t)
                 kg = (c0 + PMAX * t) // PMAX
@@ -453,185 +532,11 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
     if lsecols is not None:   # this tile's l and m join the batch entry's logsumexp inputs
         for t, x in zip(lsecols, (L, m_fin)):
             kb.instr("gpsimd", "tensor_copy", TileRegion(t, (0, i, h), (rows, 1, 1)), {"src": x})
-    if out is not None:
-        kb.instr("gpsimd", "tensor_scalar", ALPHA, {"data": L, "operand0": 1.0}, op0="divide", reverse0=True)
+    if out is not None:   # 1 / l (no divide on the engines), 0 for a row left without keys
+        bal.instr("scalar", "activation", ALPHA, {"data": L}, op="reciprocal")
+        if ctx.rows_may_die:
+            bal.instr("vector", "tensor_scalar", ALPHA, {"data": m_fin, "operand0": DEAD, "operand1": ALPHA},
+                      op0="greater", op1="multiply")
         osb = ts["oout"].region(rows, D)
         bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), ALPHA)
         kb.dma(out.rows(b, h, q0, rows, D), osb)
-
-
-# ------------------------------------------------------------------------------------ backward
-#: keys per backward block: two 128-key tiles side by side (S and dP share one PSUM bank, dK and dV
-#: another), so two heads' blocks fit PSUM together and overlap
-KEY_GROUP = 256
-BWD_SETS = 1
-
-
-@register_kernel(FLASH_BWD)
-def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                    cfg) -> None:
-    vals = _args(n, ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"],
-                 {"attn_mask": None, "scale": None})
-    qv, kv, vv = (vals[x].meta["val"] for x in ("query", "key", "value"))
-    mv = vals["attn_mask"].meta["val"] if vals["attn_mask"] is not None else None
-    why = unsupported(qv, kv, vv, vals["dropout_p"], mv)
-    if why:
-        raise LoweringError(f"flash attention backward: {why}")
-    B, H, Sq, D = (int(x) for x in qv.shape)
-    Sk = int(kv.shape[2])
-    ctx = _ctx(kb, sources, vals, (B, H, Sq, Sk), D)
-    go, q, k, v, o = (_in(kb, sources[vals[x]], tuple(vals[x].meta["val"].shape))
-                      for x in ("grad_out", "query", "key", "value", "out"))
-    lse_src = sources[vals["logsumexp"]]
-    if tuple(lse_src.meta.size) != (B, H, Sq) or lse_src.base_dtype != "float32":
-        raise LoweringError("logsumexp layout")
-    lse = _T4(kb.param(lse_src.host, lse_src.base_extent, "float32"), lse_src.meta.storage_offset,
-              tuple(lse_src.meta.stride) + (1,))
-    res = _results(n, out_tensors, out_meta)
-    outs = {i: _out(*res[i]) for i in res}
-    g_dt = next(iter(res.values()))[0].dtype
-    dt = hw_dtype(sources[vals["query"]].base_dtype)
-    nq = ceil_div(Sq, PMAX)
-    kb.plan = (f"flash attention backward (FA-2) [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); blocks of 128 "
-               f"queries x {KEY_GROUP} keys: S and dP recomputed in PSUM, P from the saved logsumexp, dK/dV of "
-               f"the key group accumulated in PSUM over the query tiles, dQ summed over the group in PSUM "
-               f"then into an fp32 SBUF buffer{'; causal blocks skipped' if ctx.causal else ''}")
-    with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
-        # one PSUM bank per set: S / dS^T in columns [0, G), dP / dQ in [G, 2G)
-        sets = [dict(ac=kb.tile((PMAX, 2 * KEY_GROUP), "float32", "psum", prefix="s_dp_ps"),
-                     p=kb.tile((PMAX, KEY_GROUP), dt, prefix="p"),
-                     dpm=kb.tile((PMAX, KEY_GROUP), "float32", prefix="dpm"),
-                     ds=kb.tile((PMAX, KEY_GROUP), dt, prefix="ds"),
-                     dst=kb.tile((PMAX, KEY_GROUP), dt, prefix="dsT"),
-                     ssb=kb.tile((PMAX, KEY_GROUP), "float32", prefix="s_sb"),
-                     bias=kb.tile((PMAX, KEY_GROUP), "float32", prefix="bias"),
-                     tmp=kb.tile((PMAX, KEY_GROUP), "float32", prefix="cbias") if (ctx.causal and ctx.mask) else None,
-                     kr=kb.tile((PMAX, KEY_GROUP // PMAX * D), dt, prefix="k_rows"),
-                     vr=kb.tile((PMAX, KEY_GROUP // PMAX * D), dt, prefix="v_rows"),
-                     kT=kb.tile((PMAX, KEY_GROUP), dt, prefix="kT"),
-                     vT=kb.tile((PMAX, KEY_GROUP), dt, prefix="vT"),
-                     gsb=kb.tile((PMAX, KEY_GROUP // PMAX * D), g_dt, prefix="g_sb"))
-                for _ in range(BWD_SETS)]
-        ntg = KEY_GROUP // PMAX
-        dkv = kb.tile((PMAX, 2 * ntg * D), "float32", "psum", prefix="dkv_ps")   # dK | dV of the group
-        # per-head query-side operands, kept for every key group
-        qr = kb.tile((PMAX, nq * D), dt, prefix="q_rows")
-        qT = kb.tile((PMAX, nq * PMAX), dt, prefix="qT")
-        dor = kb.tile((PMAX, nq * D), dt, prefix="do_rows")
-        doT = kb.tile((PMAX, nq * PMAX), dt, prefix="doT")
-        nlse = kb.tile((PMAX, nq), "float32", prefix="neg_lse")
-        di = kb.tile((PMAX, nq), "float32", prefix="di")
-        dq = kb.tile((PMAX, nq * D), "float32", prefix="dq_acc")
-        ot = kb.tile((PMAX, D), dt, prefix="o_rows")
-        prod = kb.tile((PMAX, D), "float32", prefix="do_o")
-        kb.instr("gpsimd", "memset", dq.region(PMAX, nq * D), {}, value=0.0)
-        for i in range(nq):
-            rows = min(PMAX, Sq - PMAX * i)
-            ts = sets[i % len(sets)]
-            qri = TileRegion(qr, (0, D * i), (rows, D))
-            kb.dma(qri, q.rows(b, h, PMAX * i, rows, D))
-            kb.instr("tensor", "nc_transpose", ts["ac"].region(D, rows), {"data": qri})
-            ctx.evict(TileRegion(qT, (0, PMAX * i), (D, rows)), ts["ac"].region(D, rows))
-            dri = TileRegion(dor, (0, D * i), (rows, D))
-            kb.dma(dri, go.rows(b, h, PMAX * i, rows, D))
-            cT = TileRegion(ts["ac"], (0, KEY_GROUP), (D, rows))
-            kb.instr("tensor", "nc_transpose", cT, {"data": dri})
-            ctx.evict(TileRegion(doT, (0, PMAX * i), (D, rows)), cT)
-            col = TileRegion(nlse, (0, i), (rows, 1))
-            kb.dma(col, HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + PMAX * i * lse.st[2],
-                                  ((lse.st[2], rows), (1, 1))))
-            kb.instr("gpsimd", "tensor_scalar", col, {"data": col, "operand0": -1.0}, op0="multiply")
-            # D_i = rowsum(dO * O)
-            kb.dma(ot.region(rows, D), o.rows(b, h, PMAX * i, rows, D))
-            kb.instr("gpsimd", "tensor_tensor", prod.region(rows, D), {"data1": dri, "data2": ot.region(rows, D)},
-                     op="multiply")
-            kb.instr("vector", "tensor_reduce", TileRegion(di, (0, i), (rows, 1)), {"data": prod.region(rows, D)},
-                     op="add", axis=(1,), keepdims=True)
-        blk = 0
-        for gi, g0 in enumerate(range(0, Sk, KEY_GROUP)):
-            gw = min(KEY_GROUP, Sk - g0)
-            gs = sets[gi % len(sets)]
-            nt = ceil_div(gw, PMAX)
-            for t in range(nt):   # K, V rows of the group and their transposes
-                kc = min(PMAX, gw - PMAX * t)
-                for src, rows_t, tT, ps in ((k, gs["kr"], gs["kT"], 0), (v, gs["vr"], gs["vT"], KEY_GROUP)):
-                    rr = TileRegion(rows_t, (0, D * t), (kc, D))
-                    kb.dma(rr, src.rows(b, h, g0 + PMAX * t, kc, D))
-                    tp = TileRegion(sets[(gi + 1) % len(sets)]["ac"], (0, ps), (D, kc))
-                    kb.instr("tensor", "nc_transpose", tp, {"data": rr})
-                    ctx.evict(TileRegion(tT, (0, PMAX * t), (D, kc)), tp)
-            # causal: query tiles holding some q >= g0
-            qtiles = [i for i in range(nq) if not ctx.causal or PMAX * i + min(PMAX, Sq - PMAX * i) - 1 >= g0]
-            first_of, seen = {}, {}   # key tile -> first query tile / key rows written in PSUM
-            for i in qtiles:
-                ts = sets[blk % BWD_SETS]
-                blk += 1
-                rows = min(PMAX, Sq - PMAX * i)
-                q0 = PMAX * i
-                # keys of the group this tile sees (causal: up to its last query)
-                cw = min(gw, q0 + rows - g0) if ctx.causal else gw
-                ntt = ceil_div(cw, PMAX)
-                sp = ts["ac"].region(rows, cw)
-                kb.instr("tensor", "nc_matmul", sp, {"stationary": TileRegion(qT, (0, q0), (D, rows)),
-                                                      "moving": gs["kT"].region(D, cw)}, accumulate=False)
-                if ctx.needs_mask(q0, rows, g0, cw):
-                    bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, g0, cw)
-                    s_sb = ts["ssb"].region(rows, cw)
-                    kb.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
-                    sp = s_sb
-                p = ts["p"].region(rows, cw)
-                kb.instr("scalar", "activation", p, {"data": sp, "bias": TileRegion(nlse, (0, i), (rows, 1))},
-                         op="exp", scale=ctx.scale)
-                dp = TileRegion(ts["ac"], (0, KEY_GROUP), (rows, cw))
-                kb.instr("tensor", "nc_matmul", dp, {"stationary": TileRegion(doT, (0, q0), (D, rows)),
-                                                      "moving": gs["vT"].region(D, cw)}, accumulate=False)
-                dpm = ts["dpm"].region(rows, cw)
-                kb.instr("vector", "tensor_scalar", dpm, {"data": dp, "operand0": TileRegion(di, (0, i), (rows, 1)),
-                                                          "operand1": ctx.scale}, op0="subtract", op1="multiply")
-                ds = ts["ds"].region(rows, cw)
-                kb.instr("gpsimd", "tensor_tensor", ds, {"data1": p, "data2": dpm}, op="multiply")
-                for t in range(ntt):
-                    kc = min(PMAX, cw - PMAX * t)
-                    acc = first_of.setdefault(t, i) != i
-                    seen[t] = max(seen.get(t, 0), kc)
-                    kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, D * (ntg + t)), (kc, D)),
-                             {"stationary": TileRegion(ts["p"], (0, PMAX * t), (rows, kc)),
-                              "moving": TileRegion(dor, (0, D * i), (rows, D))}, accumulate=acc)
-                    kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, D * t), (kc, D)),
-                             {"stationary": TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)),
-                              "moving": TileRegion(qr, (0, D * i), (rows, D))}, accumulate=acc)
-                    kb.instr("tensor", "nc_transpose", TileRegion(ts["ac"], (0, PMAX * t), (kc, rows)),
-                             {"data": TileRegion(ts["ds"], (0, PMAX * t), (rows, kc))})
-                if rows == PMAX and cw % PMAX == 0:
-                    ctx.evict(ts["dst"].region(PMAX, cw), ts["ac"].region(PMAX, cw), "scalar")
-                else:
-                    for t in range(ntt):
-                        kc = min(PMAX, cw - PMAX * t)
-                        ctx.evict(TileRegion(ts["dst"], (0, PMAX * t), (kc, rows)),
-                                  TileRegion(ts["ac"], (0, PMAX * t), (kc, rows)), "scalar")
-                dqp = TileRegion(ts["ac"], (0, KEY_GROUP), (rows, D))   # dP is consumed by now
-                for t in range(ntt):
-                    kc = min(PMAX, cw - PMAX * t)
-                    kb.instr("tensor", "nc_matmul", dqp, {"stationary": TileRegion(ts["dst"], (0, PMAX * t), (kc, rows)),
-                                                          "moving": TileRegion(gs["kr"], (0, D * t), (kc, D))},
-                             accumulate=t > 0)
-                acc_r = TileRegion(dq, (0, D * i), (rows, D))
-                kb.instr("vector", "tensor_tensor", acc_r, {"data1": acc_r, "data2": dqp}, op="add")
-            for which, c0 in ((1, 0), (2, ntg * D)):
-                if which not in outs:
-                    continue
-                for t in range(nt):
-                    kc = min(PMAX, gw - PMAX * t)
-                    g = TileRegion(gs["gsb"], (0, D * t), (kc, D))
-                    w = seen.get(t, 0)
-                    if w < kc:  # keys no query sees (causal, Sk > Sq) get zero gradients
-                        kb.instr("gpsimd", "memset", g, {}, value=0.0)
-                    if w:
-                        ctx.evict(TileRegion(gs["gsb"], (0, D * t), (w, D)), TileRegion(dkv, (0, c0 + D * t), (w, D)))
-                    kb.dma(outs[which].rows(b, h, g0 + PMAX * t, kc, D), g)
-        if 0 in outs:
-            for i in range(nq):
-                rows = min(PMAX, Sq - PMAX * i)
-                g = TileRegion(sets[i % len(sets)]["gsb"], (0, 0), (rows, D))
-                ctx.evict(g, TileRegion(dq, (0, D * i), (rows, D)))
-                kb.dma(outs[0].rows(b, h, PMAX * i, rows, D), g)
