@@ -3,7 +3,8 @@
 An AST allowlist, not a blocklist: anything not explicitly allowed is refused. Inside ``@nki.jit``
 functions the only calls are ``nl.*``, ``nisa.*``, ``<tensor>.ap(...)`` and the builtins min / max /
 range / len (plus ``float('inf'|'-inf'|'nan')`` literals); arithmetic is ``+ - * // %`` and single
-comparisons on ints; the module imports nothing but the standard header. This is what lets the same source run on the real
+comparisons on ints; ``<name>.shape`` / ``<name>.dtype`` may be read (hand-written kernels size
+their loops from them); the module imports nothing but the standard header. This is what lets the same source run on the real
 NKI toolchain and on our simulator, and it keeps host compute (torch / numpy) out of kernels.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ LOOP_ITERS = frozenset({"affine_range", "sequential_range", "static_range"})
 INT_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 INT_CMPOPS = (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)
 FLOAT_LITERALS = frozenset({"inf", "-inf", "nan"})
+#: tensor metadata a hand-written kernel may read (``n, d = x.shape``)
+TENSOR_ATTRS = frozenset({"shape", "dtype"})
 FORBIDDEN_NAMES = frozenset({"torch", "np", "numpy", "__import__", "eval", "exec", "compile", "open",
                              "getattr", "setattr", "globals", "locals", "vars", "__builtins__"})
 
@@ -135,6 +138,9 @@ class _Checker:
         elif isinstance(e, ast.Name):
             self.name_ok(e, e.id)
         elif isinstance(e, ast.Attribute):
+            if e.attr in TENSOR_ATTRS and isinstance(e.value, ast.Name):  # x.shape / x.dtype
+                self.name_ok(e.value, e.value.id)
+                return
             if _root(e) not in NKI_ROOTS:
                 self.fail(e, "attribute access is only allowed on nl / nisa (and .ap calls)")
             self.attrs_ok(e)

@@ -36,9 +36,12 @@ ALWAYS_ENGINE = frozenset({"nc_transpose", "tensor_copy"})
 DEFAULT_ENGINE = "vector"
 
 
-def generate_kernels_module(kernels: list[Kernel], *, graph_name: str) -> str:
-    """One importable module holding every kernel of a compiled graph."""
-    names = [k.name for k in kernels]
+def generate_kernels_module(kernels: list[Kernel], *, graph_name: str,
+                            user_kernels: dict[str, str] | None = None) -> str:
+    """One importable module holding every kernel of a compiled graph; ``user_kernels`` maps the
+    name of each hand-written kernel the graph calls to its ``@nki.jit`` source, emitted as is."""
+    user_kernels = user_kernels or {}
+    names = [k.name for k in kernels] + list(user_kernels)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"graph {graph_name}: duplicate kernel names {dup}")
@@ -47,6 +50,8 @@ def generate_kernels_module(kernels: list[Kernel], *, graph_name: str) -> str:
            "device memory and every index is plain Python int arithmetic.", '"""', HEADER]
     for k in kernels:
         out += ["", ""] + kernel_source(k).splitlines()
+    for src in user_kernels.values():
+        out += ["", ""] + src.rstrip().splitlines()
     return "\n".join(out) + "\n"
 
 

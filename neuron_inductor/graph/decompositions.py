@@ -291,4 +291,6 @@ def decomposition_table() -> dict:
     for op in (aten.gelu.default,):
         table.pop(op, None)
     table.update(_own)
+    from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
+    table.update(conv)
     return table

@@ -16,7 +16,7 @@ import sympy
 from ..target import Target
 from .nodes import DTYPE_BYTES, MEMORIES, OPCODES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
-from .program import Empty, Fallback, KernelCall, Program, Ref, View
+from .program import Empty, Fallback, KernelCall, Program, Ref, UserKernelCall, View
 
 RULES = (
     "partition-limit", "tile-rank", "psum-bank-size", "psum-banks", "sbuf-capacity", "engine-memory",
@@ -384,5 +384,8 @@ def verify_program(p: Program, target: Target) -> None:
             defined.add(st.name)
         elif isinstance(st, Fallback):
             use(refs(st.args) + refs(st.kwargs), f"fallback {st.target}")
+            defined.update(st.results)
+        elif isinstance(st, UserKernelCall):
+            use(refs(st.args), f"call of {st.kernel}")
             defined.update(st.results)
     use(refs(p.outputs), "graph outputs")
