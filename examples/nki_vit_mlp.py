@@ -1,7 +1,7 @@
 """A hand-written NKI kernel as a first-class op: a ViT whose MLP blocks run one fused kernel each.
 
     python examples/nki_vit_mlp.py            # ViT (hidden 64, 4 layers) fwd + bwd, 3 steps
-    python examples/nki_vit_mlp.py --smoke    # 2 layers, 1 step (also: NEURON_INDUCTOR_SMOKE=1)
+    python examples/nki_vit_mlp.py --smoke    # 1 layer, 1 step (also: NEURON_INDUCTOR_SMOKE=1)
 
 Three pieces, all user code:
 
@@ -133,7 +133,7 @@ def main() -> None:
 
     import neuron_inductor.compile as nic
 
-    eager = tiny_vit(2 if SMOKE else 4)
+    eager = tiny_vit(1 if SMOKE else 4)
     model = neuron_inductor.use_nki_layers(copy.deepcopy(eager), {"ViTMLP": NkiViTMLP})
     compiled = torch.compile(model, backend="neuron", options={"fallback": "error"})
     g = torch.Generator().manual_seed(1)

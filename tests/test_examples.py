@@ -38,3 +38,18 @@ def test_distributed_example_smoke(tmp_path):
     import re
     reports = re.findall(r"rank (\d): tp loss .*?collectives \{[^}]*all_reduce[^}]*\}", out)  # ranks'
     assert sorted(reports) == ["0", "1"], out  # lines may interleave on the shared stdout
+
+
+#: Hugging Face stack examples: the packages each needs, and the line it prints when its own checks pass
+HF_STACK = {
+    "nki_vit_mlp.py": (("transformers",), "matches eager: forward and every gradient"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF_STACK))
+def test_hf_stack_example_smoke(tmp_path, name):
+    needs, marker = HF_STACK[name]
+    for mod in needs:
+        pytest.importorskip(mod)
+    out = _run(tmp_path, sys.executable, str(EXAMPLES / name), "--smoke")
+    assert marker in out, out[-2000:]
