@@ -43,7 +43,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     program = lowered.program
     kernels_src = generate_kernels_module(program.kernels, graph_name=name,
                                           user_kernels=program.user_kernels)
-    check_kernel_source(kernels_src)
+    check_kernel_source(kernels_src, user_kernels=program.user_kernels)
     wrapper_src = generate_wrapper_module(program)
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(program.kernels)

@@ -85,7 +85,7 @@ def register_nki_kernel(op: Any, kernel: Any, *, backward: Any = "reference",
         if len(uk.params) != len(schema.arguments):
             raise UserKernelError(f"kernel {uk.kernel_name} takes {len(uk.params)} parameters "
                                   f"({', '.join(uk.params)}); op {name} has {len(schema.arguments)}")
-        check_kernel_source(f"{HEADER}\n\n\n{uk.source}")
+        check_kernel_source(f"{HEADER}\n\n\n{uk.source}", user_kernels=[uk.emitted_name])
         if backward == "reference":
             ref = reference or init
             if ref is None:

@@ -291,3 +291,13 @@ def test_vit_with_the_mlp_kernel_matches_eager(ex):
     assert nic.counters["graphs_compiled"] == 2  # one forward, one backward
     assert nic.counters["user_kernel_calls"] == 2  # one per layer, all in the forward
     assert not nic.fallback_ops and nic.counters["graph_fallbacks"] == 0
+
+
+def test_only_hand_written_kernels_may_read_shapes():
+    """Generated kernels have every size baked in; a user kernel sizes its loops from ``x.shape``."""
+    from neuron_inductor.codegen.check import check_kernel_source
+    from neuron_inductor.codegen.kernel import HEADER
+    src = f"{HEADER}\n\n\n@nki.jit\ndef k(x):\n    n, d = x.shape\n    return x\n"
+    check_kernel_source(src, user_kernels=["k"])
+    with pytest.raises(KernelCheckError, match="attribute access"):
+        check_kernel_source(src)
