@@ -25,7 +25,7 @@ _EXTRA = [
     aten.native_dropout_backward, aten.addmm, aten.baddbmm, aten.linear, aten.t, aten.transpose,
     aten.hardtanh, aten.leaky_relu, aten.softplus, aten.addcmul, aten.addcdiv, aten.lerp,
     aten.logsumexp, aten.std, aten.rsub, aten.clamp_min, aten.clamp_max, aten.mv,
-    aten.split_with_sizes, aten.split.Tensor, aten.unbind,
+    aten.split_with_sizes, aten.split.Tensor, aten.unbind, aten.linalg_vector_norm,
 ]
 
 _own: dict = {}
