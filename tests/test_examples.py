@@ -43,6 +43,7 @@ def test_distributed_example_smoke(tmp_path):
 #: Hugging Face stack examples: the packages each needs, and the line it prints when its own checks pass
 HF_STACK = {
     "nki_vit_mlp.py": (("transformers",), "matches eager: forward and every gradient"),
+    "peft_lora.py": (("transformers", "accelerate", "peft"), "merged-adapter inference matches eager"),
 }
 
 

@@ -97,7 +97,7 @@ def test_lora_trainer_torch_compile_then_merged_inference(tmp_path):
 
     def train(compile_: bool):
         torch._dynamo.reset()
-        model = _peft_model()
+        model = _peft_model(targets=["q_proj", "v_proj"])
         args = TrainingArguments(
             output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=2,
             learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", seed=0,
@@ -115,14 +115,15 @@ def test_lora_trainer_torch_compile_then_merged_inference(tmp_path):
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):
         torch.testing.assert_close(q, p, **FP32, msg=name)
 
+    batch = dict(input_ids=IDS, attention_mask=torch.ones_like(IDS))
     with torch.no_grad():
-        adapters = eager(input_ids=IDS).logits
+        adapters = eager(**batch).logits
         merged_eager = eager.merge_and_unload().eval()
-        want = merged_eager(input_ids=IDS).logits
+        want = merged_eager(**batch).logits
         merged = model.merge_and_unload().eval()
         torch._dynamo.reset()
         nic.reset_counters()
-        got = torch.compile(merged, backend="neuron", options={"fallback": "error"})(input_ids=IDS).logits
+        got = torch.compile(merged, backend="neuron", options={"fallback": "error"})(**batch).logits
     assert nic.counters["graphs_compiled"] == 1  # one inference graph
     torch.testing.assert_close(got, want, **FP32)
     torch.testing.assert_close(got, adapters, rtol=1e-4, atol=1e-4)  # merging changes rounding only
