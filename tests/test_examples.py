@@ -44,6 +44,7 @@ def test_distributed_example_smoke(tmp_path):
 HF_STACK = {
     "nki_vit_mlp.py": (("transformers",), "matches eager: forward and every gradient"),
     "peft_lora.py": (("transformers", "accelerate", "peft"), "merged-adapter inference matches eager"),
+    "sft_packing.py": (("transformers", "trl", "datasets"), "packed training ran with static shapes"),
 }
 
 
