@@ -12,11 +12,11 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def _run(tmp_path: Path, *cmd: str) -> str:
+def _run(tmp_path: Path, *cmd: str, timeout: int = 120) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_INDUCTOR_", "_NEURON"))}
     env.update(NEURON_INDUCTOR_SMOKE="1", NEURON_INDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    res = subprocess.run(list(cmd), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(list(cmd), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     return res.stdout
 
@@ -53,5 +53,5 @@ def test_hf_stack_example_smoke(tmp_path, name):
     needs, marker = HF_STACK[name]
     for mod in needs:
         pytest.importorskip(mod)
-    out = _run(tmp_path, sys.executable, str(EXAMPLES / name), "--smoke")
+    out = _run(tmp_path, sys.executable, str(EXAMPLES / name), "--smoke", timeout=300)
     assert marker in out, out[-2000:]
