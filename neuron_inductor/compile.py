@@ -42,11 +42,13 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     gm = run_passes(gm)  # the cache key was taken before; AOT does not reuse gm
     lowered = lower_graph(gm, cfg, name)
     program = lowered.program
-    kernels_src = generate_kernels_module(program.kernels, graph_name=name, target=cfg.target)
-    check_kernel_source(kernels_src)
+    kernels_src = generate_kernels_module(program.kernels, graph_name=name, target=cfg.target,
+                                          user_kernels=program.user_kernels)
+    check_kernel_source(kernels_src, user_kernels=program.user_kernels)
     wrapper_src = generate_wrapper_module(program)
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(program.kernels)
+    counters["user_kernel_calls"] += len(program.user_kernel_calls)  # hand-written kernels called
     counters["collectives"] += len(program.collectives)  # declared host calls, not fallbacks
     counters["aten_ops"] += sum(1 for n in gm.graph.nodes if n.op == "call_function")
     for op, shapes, reason in lowered.fallbacks:

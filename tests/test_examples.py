@@ -12,11 +12,11 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def _run(tmp_path: Path, *cmd: str) -> str:
+def _run(tmp_path: Path, *cmd: str, timeout: int = 120) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_INDUCTOR_", "_NEURON"))}
     env.update(NEURON_INDUCTOR_SMOKE="1", NEURON_INDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    res = subprocess.run(list(cmd), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(list(cmd), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     return res.stdout
 
@@ -38,3 +38,20 @@ def test_distributed_example_smoke(tmp_path):
     import re
     reports = re.findall(r"rank (\d): tp loss .*?collectives \{[^}]*all_reduce[^}]*\}", out)  # ranks'
     assert sorted(reports) == ["0", "1"], out  # lines may interleave on the shared stdout
+
+
+#: Hugging Face stack examples: the packages each needs, and the line it prints when its own checks pass
+HF_STACK = {
+    "nki_vit_mlp.py": (("transformers",), "matches eager: forward and every gradient"),
+    "peft_lora.py": (("transformers", "accelerate", "peft"), "merged-adapter inference matches eager"),
+    "sft_packing.py": (("transformers", "trl", "datasets"), "packed training ran with static shapes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF_STACK))
+def test_hf_stack_example_smoke(tmp_path, name):
+    needs, marker = HF_STACK[name]
+    for mod in needs:
+        pytest.importorskip(mod)
+    out = _run(tmp_path, sys.executable, str(EXAMPLES / name), "--smoke", timeout=300)
+    assert marker in out, out[-2000:]

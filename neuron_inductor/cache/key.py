@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 import torch.fx
 
+from ..user_kernels import digests_in
 from .schema import SCHEMA_VERSION, canonical_json, flatten, key_of, package_fingerprint
 
 
@@ -178,7 +179,7 @@ def make_record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: s
     """The full key record; :func:`key_of` hashes it."""
     if kind not in ("forward", "backward", "inference"):
         raise ValueError(f"kind must be 'forward', 'backward' or 'inference', not {kind!r}")
-    return {
+    record = {
         "schema": SCHEMA_VERSION,
         "package": package_fingerprint(),
         "torch": torch.__version__,
@@ -189,6 +190,12 @@ def make_record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: s
         "inputs": [input_record(x) for x in example_inputs],
         "graph": canonical_graph(gm),
     }
+    # hand-written kernels the graph calls: editing one must recompile (absent for other graphs,
+    # so their keys do not change)
+    digests = digests_in(gm)
+    if digests:
+        record["user_kernels"] = digests
+    return record
 
 
 __all__ = ["SCHEMA_VERSION", "package_fingerprint", "make_record", "key_of", "canonical_json",

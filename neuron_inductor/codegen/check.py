@@ -3,13 +3,15 @@
 An AST allowlist, not a blocklist: anything not explicitly allowed is refused. Inside ``@nki.jit``
 functions the only calls are ``nl.*``, ``nisa.*``, ``<tensor>.ap(...)`` and the builtins min / max /
 range / len (plus ``float('inf'|'-inf'|'nan')`` literals); arithmetic is ``+ - * // %`` and single
-comparisons on ints; the module imports nothing but the standard header and records its target in one
-``PLATFORM_TARGET = "<target>"`` assignment. This is what lets the same source run on the real
-NKI toolchain and on our simulator, and it keeps host compute (torch / numpy) out of kernels.
+comparisons on ints; hand-written kernels (named by the caller) may also read ``<name>.shape`` /
+``<name>.dtype`` to size their loops; the module imports nothing but the standard header and records
+its target in one ``PLATFORM_TARGET = "<target>"`` assignment. This is what lets the same source run
+on the real NKI toolchain and on our simulator, and it keeps host compute (torch / numpy) out of kernels.
 """
 from __future__ import annotations
 
 import ast
+from typing import Iterable
 
 from .kernel import HEADER
 
@@ -19,6 +21,8 @@ LOOP_ITERS = frozenset({"affine_range", "sequential_range", "static_range"})
 INT_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 INT_CMPOPS = (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)
 FLOAT_LITERALS = frozenset({"inf", "-inf", "nan"})
+#: tensor metadata a hand-written kernel may read (``n, d = x.shape``)
+TENSOR_ATTRS = frozenset({"shape", "dtype"})
 FORBIDDEN_NAMES = frozenset({"torch", "np", "numpy", "__import__", "eval", "exec", "compile", "open",
                              "getattr", "setattr", "globals", "locals", "vars", "__builtins__"})
 
@@ -28,8 +32,10 @@ class KernelCheckError(ValueError):
 
 
 class _Checker:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, user_kernels: frozenset[str] = frozenset()) -> None:
         self.src = src
+        self.user_kernels = user_kernels
+        self.tensor_attrs = False  # inside a hand-written kernel
 
     def fail(self, node: ast.AST, why: str) -> None:
         seg = ast.get_source_segment(self.src, node) or type(node).__name__
@@ -70,6 +76,7 @@ class _Checker:
         if fn.returns is not None:
             self.fail(fn, "no return annotation")
         body = fn.body[1:] if fn.body and _is_docstring(fn.body[0]) else fn.body
+        self.tensor_attrs = fn.name in self.user_kernels
         self.stmts(body)
 
     # ---- statements
@@ -138,6 +145,9 @@ class _Checker:
         elif isinstance(e, ast.Name):
             self.name_ok(e, e.id)
         elif isinstance(e, ast.Attribute):
+            if self.tensor_attrs and e.attr in TENSOR_ATTRS and isinstance(e.value, ast.Name):
+                self.name_ok(e.value, e.value.id)
+                return
             if _root(e) not in NKI_ROOTS:
                 self.fail(e, "attribute access is only allowed on nl / nisa (and .ap calls)")
             self.attrs_ok(e)
@@ -240,10 +250,13 @@ def _dotted(e: ast.expr) -> str | None:
     return ".".join([e.id] + parts[::-1])
 
 
-def check_kernel_source(src: str) -> None:
-    """Raise :class:`KernelCheckError` unless ``src`` is a kernel module inside the NKI subset."""
+def check_kernel_source(src: str, user_kernels: Iterable[str] = ()) -> None:
+    """Raise :class:`KernelCheckError` unless ``src`` is a kernel module inside the NKI subset.
+
+    ``user_kernels`` names the hand-written kernels in it: they may read ``x.shape`` / ``x.dtype``
+    (generated kernels have every size baked in and may not)."""
     try:
         tree = ast.parse(src)
     except SyntaxError as e:
         raise KernelCheckError(f"kernel module does not parse: {e}") from e
-    _Checker(src).module(tree)
+    _Checker(src, frozenset(user_kernels)).module(tree)

@@ -24,15 +24,18 @@ MAX_LINE = 110
 ALWAYS_ENGINE = frozenset({"nc_transpose", "tensor_copy"})
 
 
-def generate_kernels_module(kernels: list[Kernel], *, graph_name: str, target: str | None = None) -> str:
+def generate_kernels_module(kernels: list[Kernel], *, graph_name: str, target: str | None = None,
+                            user_kernels: dict[str, str] | None = None) -> str:
     """One importable module holding every kernel of a compiled graph, recording the target it was
     compiled for (``PLATFORM_TARGET``: the simulator checks that target's rules, the device path
-    hands it to the NKI compiler). ``target`` defaults to ``config.target``."""
+    hands it to the NKI compiler). ``target`` defaults to ``config.target``; ``user_kernels`` maps
+    the name of each hand-written kernel the graph calls to its ``@nki.jit`` source, emitted as is."""
     from ..config import get_config
     from ..target import KERNEL_TARGET_NAME, get_target
 
     target_name = get_target(target or get_config().target).name
-    names = [k.name for k in kernels]
+    user_kernels = user_kernels or {}
+    names = [k.name for k in kernels] + list(user_kernels)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"graph {graph_name}: duplicate kernel names {dup}")
@@ -42,6 +45,8 @@ def generate_kernels_module(kernels: list[Kernel], *, graph_name: str, target: s
            f"{KERNEL_TARGET_NAME} = {target_name!r}"]
     for k in kernels:
         out += ["", ""] + kernel_source(k).splitlines()
+    for src in user_kernels.values():
+        out += ["", ""] + src.rstrip().splitlines()
     return "\n".join(out) + "\n"
 
 

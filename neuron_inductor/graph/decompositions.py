@@ -25,7 +25,7 @@ _EXTRA = [
     aten.native_dropout_backward, aten.addmm, aten.baddbmm, aten.linear, aten.t, aten.transpose,
     aten.hardtanh, aten.leaky_relu, aten.softplus, aten.addcmul, aten.addcdiv, aten.lerp,
     aten.logsumexp, aten.std, aten.rsub, aten.clamp_min, aten.clamp_max, aten.mv,
-    aten.split_with_sizes, aten.split.Tensor, aten.unbind,
+    aten.split_with_sizes, aten.split.Tensor, aten.unbind, aten.linalg_vector_norm,
 ]
 
 _own: dict = {}
@@ -171,7 +171,9 @@ def index_put_accumulate(x: torch.Tensor, indices, values: torch.Tensor, accumul
     """``x.index_put_([idx], v, accumulate=True)`` on dim 0 (the backward of a row gather) as
     ``x + onehot(idx)^T @ v``: a TensorE matmul in which duplicate rows add up, instead of a
     read-modify-write scatter."""
-    if not accumulate or len(indices) != 1 or indices[0] is None \
+    if not accumulate:
+        return _masked_fill(x, indices, values)
+    if len(indices) != 1 or indices[0] is None \
             or indices[0].dtype not in (torch.int64, torch.int32) or not x.is_floating_point():
         return NotImplemented
     idx = indices[0]
@@ -187,6 +189,19 @@ def index_put_accumulate(x: torch.Tensor, indices, values: torch.Tensor, accumul
     vals = torch.ops.aten.reshape.default(vals, [-1, width])
     upd = aten.mm.default(aten.permute.default(onehot, [1, 0]), vals)
     return aten.add.Tensor(x, aten.view.default(upd, [rows] + rest))
+
+
+def _masked_fill(x: torch.Tensor, indices, values: torch.Tensor):
+    """``x[mask] = v`` with one bool mask over x's leading dims and a single value (tensor-parallel
+    embeddings zero the rows of ids outside their shard this way) as a ``where``."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype != torch.bool:
+        return NotImplemented
+    mask = indices[0]
+    if values.numel() != 1 or tuple(mask.shape) != tuple(x.shape[:mask.dim()]):
+        return NotImplemented
+    mask = aten.view.default(mask, list(mask.shape) + [1] * (x.dim() - mask.dim()))
+    value = aten._to_copy.default(aten.view.default(values, []), dtype=x.dtype)
+    return aten.where.self(mask, value, x)
 
 
 @_register(aten.scatter.src)
@@ -324,4 +339,8 @@ def decomposition_table() -> dict:
     for op in (aten.gelu.default,):
         table.pop(op, None)
     table.update(_own)
+    from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
+    from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls
+    table.update(conv)
+    table.update(scan)
     return table

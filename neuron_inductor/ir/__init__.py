@@ -2,6 +2,7 @@
 from .nodes import (DTYPE_BYTES, ENGINES, FLOAT_DTYPES, MEMORIES, OPCODES, Alloc, Dma, Expr, HBMAccess,
                     HBMTensor, Instr, Kernel, Loop, NameGen, Operand, Stmt, Tile, TileRegion, loop_var,
                     walk)
-from .program import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
+from .program import (Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, UserKernelCall,
+                      View)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .nodes import Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
-from .program import Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
+from .program import Empty, Fallback, KernelCall, Program, Ref, TensorMeta, UserKernelCall, View
 
 _IND = "  "
 
@@ -108,6 +108,9 @@ def format_step(s: Any) -> str:
     if isinstance(s, KernelCall):
         res = ", ".join(f"{r}: {_meta(m)}" for r, m in zip(s.results, s.result_meta))
         return f"{res} = {s.kernel.name}({', '.join(s.args)})"
+    if isinstance(s, UserKernelCall):
+        res = ", ".join(f"{r}: {_meta(m)}" for r, m in zip(s.results, s.result_meta))
+        return f"{res} = user kernel {s.kernel}({', '.join(_const(a) for a in s.args)})  # {s.op}"
     if isinstance(s, View):
         return f"{s.name} = view({s.base}, {_meta(s.meta)})"
     if isinstance(s, Empty):

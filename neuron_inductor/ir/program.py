@@ -94,6 +94,23 @@ class Collective:
     unpack: bool = False
 
 
+@dataclass(eq=False)
+class UserKernelCall:
+    """``results = kernel(*args)`` for a hand-written NKI kernel registered for custom op ``op``.
+
+    Unlike a :class:`KernelCall`, the kernel was not generated from tile IR: its source (in
+    ``Program.user_kernels``) is the user's, and it takes each tensor as a dense HBM tensor of its
+    logical shape (``Ref`` args; lowering made them contiguous) and non-tensor arguments as Python
+    values. It returns one HBM array per entry of ``results``, of exactly ``result_meta``'s shape
+    and dtype (the wrapper checks)."""
+
+    kernel: str                # function name in the graph's kernels module
+    op: str                    # "namespace::name" of the custom op it implements
+    args: tuple[Any, ...]
+    results: list[str]
+    result_meta: list[TensorMeta]
+
+
 @dataclass(frozen=True)
 class Ref:
     """A reference to a host value by name inside fallback arguments."""
@@ -101,7 +118,7 @@ class Ref:
     name: str
 
 
-Step = Union[KernelCall, View, Empty, Fallback, Collective]
+Step = Union[KernelCall, UserKernelCall, View, Empty, Fallback, Collective]
 
 
 @dataclass(eq=False)
@@ -114,10 +131,16 @@ class Program:
     outputs: list[Any] = field(default_factory=list)
     #: tensor constants of the graph (``get_attr``), created once when the wrapper module loads
     constants: dict[str, Any] = field(default_factory=dict)
+    #: sources of the hand-written kernels the program calls, by their function name
+    user_kernels: dict[str, str] = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[Kernel]:
         return [s.kernel for s in self.steps if isinstance(s, KernelCall)]
+
+    @property
+    def user_kernel_calls(self) -> list[UserKernelCall]:
+        return [s for s in self.steps if isinstance(s, UserKernelCall)]
 
     @property
     def fallbacks(self) -> list[Fallback]:

@@ -17,7 +17,7 @@ from ..spec import INT_DTYPES, Opnd, check_indirect, check_instr, reduce_axis_fi
 from ..target import Target
 from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
-from .program import Empty, Fallback, KernelCall, Program, Ref, View
+from .program import Empty, Fallback, KernelCall, Program, Ref, UserKernelCall, View
 
 #: structural rules of the IR; instruction rules (engines, operators, dtypes, memories, shapes) are
 #: those of the instruction specification, ``neuron_inductor.spec.RULES``
@@ -378,5 +378,8 @@ def verify_program(p: Program, target: Target) -> None:
             defined.add(st.name)
         elif isinstance(st, Fallback):
             use(refs(st.args) + refs(st.kwargs), f"fallback {st.target}")
+            defined.update(st.results)
+        elif isinstance(st, UserKernelCall):
+            use(refs(st.args), f"call of {st.kernel}")
             defined.update(st.results)
     use(refs(p.outputs), "graph outputs")

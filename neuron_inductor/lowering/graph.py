@@ -22,6 +22,7 @@ from .builder import KernelBuilder
 from .fused import Source, lower_fused
 from .layout import LoweringError, hw_dtype, meta_of, word_scale
 from .registry import KERNELS, VIEWS
+from .user_kernel import emit_user_kernel, is_user_kernel_node
 
 log = logging.getLogger("neuron_inductor")
 aten = torch.ops.aten
@@ -164,6 +165,12 @@ class GraphLowering:
     def lower_group(self, g: Group) -> None:
         if g.kind == "fallback":
             self.fallback(g.nodes[0], g.reason, collective=is_collective(g.nodes[0].target))
+            return
+        if g.kind == "kernel" and is_user_kernel_node(g.nodes[0]):
+            try:
+                emit_user_kernel(self, g.nodes[0])
+            except LoweringError as e:
+                self.fallback(g.nodes[0], str(e))
             return
         try:
             self.emit_kernel(g)

@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 
+from ..user_kernels import lookup
+
 aten = torch.ops.aten
 
 POINTWISE: dict = {}
@@ -62,6 +64,6 @@ def op_kind(target) -> str:
         return "pointwise"
     if target in REDUCTIONS:
         return "reduction"
-    if target in KERNELS:
+    if target in KERNELS or lookup(target) is not None:  # a registered hand-written kernel
         return "kernel"
     return "fallback"

@@ -102,6 +102,29 @@ def view(buf: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: 
     return out.set_(t.untyped_storage(), t.storage_offset() + offset, tuple(size), tuple(stride))
 
 
+def user_result(ret: object, index: int, count: int, size: Sequence[int], dtype: str,
+                kernel: str) -> torch.Tensor:
+    """Output ``index`` of a hand-written kernel's return value, checked against the custom op's
+    fake output: a kernel returning the wrong shape or dtype is a clear error here, never a
+    reinterpretation of its bytes downstream."""
+    if count > 1:
+        if not isinstance(ret, (tuple, list)) or len(ret) != count:
+            raise TypeError(f"NKI kernel {kernel} must return {count} arrays (one per output of its "
+                            f"op), got {type(ret).__name__}")
+        ret = ret[index]
+    if isinstance(ret, (tuple, list)):
+        raise TypeError(f"NKI kernel {kernel} returned a {type(ret).__name__}; its op has one output")
+    if not isinstance(ret, torch.Tensor):
+        if not hasattr(ret, "dtype") or not hasattr(ret, "shape"):
+            raise TypeError(f"NKI kernel {kernel} returned {type(ret).__name__}, not an HBM array")
+        ret = _from_numpy(ret)
+    want = torch_dtype(dtype)
+    if tuple(ret.shape) != tuple(size) or ret.dtype != want:
+        raise ValueError(f"NKI kernel {kernel} output {index} is {str(ret.dtype).replace('torch.', '')}"
+                         f"{list(ret.shape)}, but its op's fake implementation says {dtype}{list(size)}")
+    return ret
+
+
 def empty(size: Sequence[int], stride: Sequence[int], dtype: str) -> torch.Tensor:
     """An uninitialised host tensor (used for outputs with no elements)."""
     return torch.empty_strided(tuple(size), tuple(stride), dtype=torch_dtype(dtype))

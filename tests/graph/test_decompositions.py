@@ -31,3 +31,23 @@ def test_accumulating_index_put_with_duplicates():
     idx = torch.tensor([1, 3, 1, -1, 1])
     v = torch.randn(5, 4)
     check(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, idx, v, fallback="error")
+
+
+def test_bool_mask_fill_index_put_is_a_where():
+    """``x[mask] = 0`` (tensor-parallel embeddings zero out-of-shard rows this way) lowers as a
+    ``where``: no fallback, same values, int64 ids included."""
+    import neuron_inductor.compile as nic
+    from _compare import run_compiled
+    g = torch.Generator().manual_seed(0)
+    for (shape, mask_dims), dtype in [(((2, 16), 2), torch.int64), (((2, 16, 8), 2), torch.float32),
+                                      (((5, 3), 1), torch.float32)]:
+        x = (torch.randn(*shape, generator=g) * 100).to(dtype)
+        mask = torch.rand(*shape[:mask_dims], generator=g) < 0.5
+
+        def fill(x, mask):
+            y = x.clone()
+            y[mask] = 0
+            return y
+        nic.reset_counters()
+        got = run_compiled(fill, x, mask, fallback="error")
+        torch.testing.assert_close(got, fill(x, mask), rtol=0, atol=0)

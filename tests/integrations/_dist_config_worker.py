@@ -1,0 +1,54 @@
+"""torchrun worker: a model loaded through transformers' ``DistributedConfig``, trained compiled.
+
+argv: KIND (tp | fsdp | single) CHECKPOINT OUT_DIR. Loads the checkpoint with
+``from_pretrained(..., distributed_config=DistributedConfig(tp_size=2 | fsdp_size=2))`` (``single``:
+no config, no process group: the reference), compiles it with ``backend="neuron"`` (``single``:
+eager), runs 3 AdamW steps on the same batches on every rank (so FSDP's averaged gradient is the
+single-process one) and writes rank<N>.json: per-step losses, cache misses/hits, fallbacks.
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _hf import TokenDataset  # noqa: E402
+
+
+def main() -> None:
+    kind, ckpt, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    from transformers import LlamaForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    import neuron_inductor.compile as nic
+    from neuron_inductor.cache import stats
+
+    kw = {}
+    if kind == "tp":
+        kw["distributed_config"] = DistributedConfig(tp_size=2)
+    elif kind == "fsdp":
+        kw["distributed_config"] = DistributedConfig(fsdp_size=2)
+    model = LlamaForCausalLM.from_pretrained(ckpt, **kw)
+    model.train()
+    step_fn = model if kind == "single" else torch.compile(model, backend="neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = TokenDataset()
+    losses = []
+    for step in range(3):
+        rows = [data[2 * step], data[2 * step + 1]]
+        batch = {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+        loss = step_fn(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach().full_tensor() if hasattr(loss, "full_tensor") else loss.detach()))
+    rank = int(os.environ.get("RANK", 0))
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "losses": losses, "graphs_compiled": nic.counters["graphs_compiled"],
+                   "fallbacks": dict(nic.fallback_ops), "misses": stats()["misses"],
+                   "hits": stats()["hits"]}, f)
+
+
+if __name__ == "__main__":
+    main()
