@@ -163,8 +163,8 @@ def _try_load(store: Store, key: str) -> Callable | None:
         found = store.lookup(key)
     except CorruptEntry as e:
         _stats.count("quarantined", root=store.root)
-        warnings.warn(f"corrupt compile cache entry quarantined, recompiling: {e}", NeuronCacheWarning,
-                      stacklevel=3)
+        _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry quarantined, "
+                   f"recompiling: {e}")
         return None
     if found is None:
         return None
@@ -174,13 +174,13 @@ def _try_load(store: Store, key: str) -> Callable | None:
     except Exception as e:  # verified bytes that no longer load: treat like corruption
         store.quarantine(entry)
         _stats.count("quarantined", root=store.root)
-        warnings.warn(f"compile cache entry {entry} failed to load ({e!r}); quarantined, recompiling",
-                      NeuronCacheWarning, stacklevel=3)
+        _warn_once(f"corrupt:{key}", store.root, f"compile cache entry {entry} failed to load ({e!r}); "
+                   "quarantined, recompiling")
         return None
     store.touch_hit(entry)
-    try:
+    try:  # verify() checked the shape: a number or absent
         saved = float(json.loads((entry / META).read_text()).get("compile_seconds") or 0.0)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         saved = 0.0
     _stats.count("hits")
     _stats.count("hits_disk")
