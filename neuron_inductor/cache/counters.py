@@ -86,9 +86,14 @@ def persist(root: Path, deltas: dict[str, float]) -> None:
 
 
 def read_persisted(root: Path) -> dict[str, dict[str, float]]:
-    """``{package_version: {counter: value}}``; an unreadable file reads as empty."""
+    """``{package_version: {counter: value}}``; an unreadable file, or parts of the wrong shape, read
+    as empty (counters are best effort, they must never fail a compile)."""
     try:
         data = json.loads((Path(root) / STATS_FILE).read_text())
-        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(v): {str(k): n for k, n in c.items()
+                     if isinstance(n, (int, float)) and not isinstance(n, bool) and n == n}
+            for v, c in data.items() if isinstance(c, dict)}

@@ -188,7 +188,7 @@ def extract(src: Path, staging: Path, limits: Limits = Limits()) -> list[str]:
                                        "are refused)")
                 if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
                     kind = ("a symlink" if m.issym() else "a hard link" if m.islnk() else
-                            "a device file" if m.isdev() else "a directory" if m.isdir() else
+                            "a FIFO" if m.isfifo() else "a device file" if m.isdev() else "a directory" if m.isdir() else
                             f"type {m.type!r}")
                     raise ArchiveError(f"member {name!r} is {kind}; only regular files are accepted")
                 g = _MEMBER.match(name)
