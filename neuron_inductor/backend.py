@@ -31,13 +31,18 @@ def _sdpa_math():
 
 
 def _make_compiler(kind: str, cfg: Config, name: str) -> Callable:
-    from .cache import note_aten_graph
+    from .cache import dynamo as dynamo_tier
     from .compile import compile_graph
+
+    rec = dynamo_tier.recording()  # the Dynamo-level entry this compile feeds (see cache/dynamo.py)
 
     def compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
         gm._neuron_name = name  # type: ignore[attr-defined]
-        note_aten_graph(kind, gm, example_inputs)  # what a Dynamo-level cache entry needs
-        fn = compile_graph(gm, example_inputs, kind, cfg)
+        with dynamo_tier.active(rec):
+            dynamo_tier.note_aten_graph(kind, gm, example_inputs)
+            fn = compile_graph(gm, example_inputs, kind, cfg)
+        if kind == "backward":
+            dynamo_tier.backward_compiled(rec)
 
         def run(args: list):  # AOTAutograd's boxed calling convention: one list, ours to clear
             return fn(args)

@@ -17,7 +17,7 @@ _EXPORTS = {
     "graph_summary": "api", "make_record": "key", "SCHEMA_VERSION": "schema", "key_of": "schema",
     "package_fingerprint": "schema", "reset_stats": "counters", "stats": "counters",
     "CacheSecurityError": "store", "Store": "store", "default_root": "store",
-    "compile_dynamo_cached": "api", "note_aten_graph": "dynamo",
+    "compile_dynamo_cached": "api",
 }
 
 __all__ = sorted(_EXPORTS)

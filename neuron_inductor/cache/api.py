@@ -256,19 +256,27 @@ def compile_dynamo_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
         compiled = aot_compile()
     finally:
         _dynamo.end()
-    try:
-        plan = _dynamo.plan_of(rec, n_inputs)
-        if not store.entry_dir(plan["forward"]).is_dir():
-            raise _dynamo.Bypass("not_cached")
-    except _dynamo.Bypass as e:
-        _dynamo.count_bypass(str(e))
-        return compiled
-    meta = _dynamo.meta_for(gm, record, time.perf_counter() - t0, plan, name)
-    try:
-        store.write(key, record, {PLAN: json.dumps(plan, indent=1, sort_keys=True)}, meta)
-        _stats.count("dynamo_misses", root=root)
-    except OSError as e:
-        log.debug("could not store the Dynamo-level entry: %s", e)
+    elapsed = time.perf_counter() - t0
+
+    def publish() -> None:
+        try:
+            plan = _dynamo.plan_of(rec, n_inputs)
+            if not all(store.entry_dir(k).is_dir() for k in (plan["forward"], plan["backward"]) if k):
+                raise _dynamo.Bypass("not_cached")
+        except _dynamo.Bypass as e:
+            _dynamo.count_bypass(str(e))
+            return
+        meta = _dynamo.meta_for(gm, record, elapsed, plan, name)
+        try:
+            store.write(key, record, {PLAN: json.dumps(plan, indent=1, sort_keys=True)}, meta)
+            _stats.count("dynamo_misses", root=root)
+        except OSError as e:
+            log.debug("could not store the Dynamo-level entry: %s", e)
+
+    if "forward" in rec.keys and "backward" not in rec.keys and not rec.problem:
+        rec.on_backward = publish  # AOTAutograd compiles the backward at the first backward call
+    else:
+        publish()
     return compiled
 
 
@@ -290,12 +298,18 @@ def _dynamo_hit(store: Store, key: str, params: list, n_inputs: int) -> Callable
         _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry {entry} ({e}); "
                    "quarantined, recompiling")
         return None
-    if plan["mode"] != "inference" or plan["n_inputs"] != n_inputs:
+    if plan["n_inputs"] != n_inputs:
         return None
-    fn = _memory.get((str(store.root), plan["forward"])) or _try_load(store, plan["forward"])
-    if fn is None:  # its ATen entry was evicted or is corrupt: trace again
-        return None
+    fns = []
+    for k in (plan["forward"], plan["backward"]):
+        if k is not None:
+            fn = _memory.get((str(store.root), k)) or _try_load(store, k)
+            if fn is None:  # an ATen entry was evicted or is corrupt: trace again
+                return None
+            fns.append(fn)
     store.touch_hit(entry)
     _stats.count("dynamo_hits")
     _stats.persist(store.root, {"dynamo_hits": 1})
-    return _dynamo.inference_runner(fn, params, plan["n_inputs"], plan["n_outputs"])
+    if plan["mode"] == "inference":
+        return _dynamo.inference_runner(fns[0], params, plan["n_inputs"], plan["n_outputs"])
+    return _dynamo.training_runner(fns[0], fns[1], params, plan)

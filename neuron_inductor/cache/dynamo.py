@@ -6,20 +6,22 @@ functorch config, default dtype), and the entry (``plan.json``, no code of its o
 ATen-level entries that serve it and what the runtime wrapper needs to call them. Unlike Inductor's, it
 stores no pickles: the plan is strict JSON and the only code that runs is the ATen entries' sources.
 
-Only graphs whose AOTAutograd runtime wrapper is trivial are served here: inference graphs (no input
-requires grad, or grad mode off) with no input mutations, no outputs aliasing inputs or each other, no
-random ops, no effect tokens, no tensor subclasses, no symbolic sizes and no autocast. Everything else
-(training graphs included) goes through AOTAutograd and the ATen-level entries, and the reason is
-counted in ``stats()["dynamo_bypasses"]``: correctness first.
+Only graphs whose AOTAutograd runtime wrapper is simple are served here: inference graphs (run with
+grad mode off) and training graphs (an autograd.Function over the forward and backward entries) with no
+input mutations, no outputs aliasing inputs or each other, no random ops, no effect tokens, no tensor
+subclasses, no symbolic sizes, nothing but tensors saved for backward, and no autocast. Everything else
+goes through AOTAutograd and the ATen-level entries, and the reason is counted in
+``stats()["dynamo_bypasses"]``: correctness first.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import operator
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -106,9 +108,6 @@ def make_record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: An
     pb = params_and_buffers(gm)
     inputs = _inputs([*pb, *example_inputs])
     state = _state()
-    needs_grad = state["grad_enabled"] and any(i.get("requires_grad") for i in inputs)
-    if needs_grad:
-        raise Bypass("training")
     return {
         "schema": SCHEMA_VERSION, "package": package_fingerprint(), "torch": torch.__version__,
         "python": "%d.%d.%d" % sys.version_info[:3], "target": cfg.target, "kind": "dynamo",
@@ -125,6 +124,8 @@ class Recording:
     keys: dict[str, str] = field(default_factory=dict)
     notes: dict[str, dict] = field(default_factory=dict)
     problem: str | None = None
+    #: run when the backward is compiled (AOTAutograd compiles it at the first backward call)
+    on_backward: Callable[[], None] | None = None
 
 
 _local = threading.local()
@@ -150,14 +151,29 @@ def note_aten_graph(kind: str, gm: torch.fx.GraphModule, example_inputs: Sequenc
         return
     try:
         meta = torch._guards.TracingContext.try_get()
-        rec.notes[kind] = _describe(gm, example_inputs, getattr(meta, "fw_metadata", None))
+        fw = getattr(meta, "fw_metadata", None) if kind != "backward" else None
+        rec.notes[kind] = _describe(kind, gm, example_inputs, fw)
     except Bypass as e:
         rec.problem = str(e)
     except Exception as e:  # noqa: BLE001 - an unexpected shape of AOT metadata: just do not store
         rec.problem = f"metadata:{type(e).__name__}"
 
 
-def _describe(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw: Any) -> dict:
+def _outputs(gm: torch.fx.GraphModule) -> list:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    return list(out.args[0]) if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+
+
+def _describe(kind: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw: Any) -> dict:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
+                torch.Tag.nondeterministic_seeded in node.target.tags:
+            raise Bypass("random_ops")
+    n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    if kind == "backward":
+        if any(not isinstance(x, torch.Tensor) for x in example_inputs):
+            raise Bypass("symbolic_shapes")
+        return {"n_inputs": n_in, "strides": [[int(s) for s in x.stride()] for x in example_inputs]}
     if fw is None:
         raise Bypass("no_metadata")
     from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
@@ -174,12 +190,19 @@ def _describe(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw: Any) 
         raise Bypass("tensor_subclass")
     if any(not issubclass(o.raw_type, torch.Tensor) for o in fw.output_info):
         raise Bypass("non_tensor_outputs")
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
-                torch.Tag.nondeterministic_seeded in node.target.tags:
-            raise Bypass("random_ops")
-    n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
-    return {"n_inputs": n_in, "n_outputs": len(fw.output_info)}
+    note = {"n_inputs": n_in, "n_outputs": len(fw.output_info)}
+    if kind == "forward":
+        if fw.num_symints_saved_for_bw or fw.num_tensors_saved_with_no_vc_check or \
+                (getattr(fw, "num_opaque_objects_saved_for_bw", 0) or 0) or fw.num_backward_tokens or \
+                fw.num_unsafe_view_outputs or fw.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
+            raise Bypass("saved_state")
+        n_fw_outs = len(_outputs(gm))
+        note.update(
+            n_saved=n_fw_outs - len(fw.output_info),
+            grad_inputs=[i for i, info in enumerate(fw.input_info) if info.requires_grad],
+            nondiff_outputs=[i for i, o in enumerate(fw.output_info) if not o.requires_grad],
+            tangent_outputs=[i for i, o in enumerate(fw.output_info) if o.requires_grad_for_backward])
+    return note
 
 
 def begin() -> Recording:
@@ -192,18 +215,49 @@ def end() -> None:
     _local.rec = None
 
 
+@contextlib.contextmanager
+def active(rec: Recording | None) -> Iterator[None]:
+    """Make ``rec`` the recording while a compiler created under it runs (possibly later)."""
+    old = recording()
+    _local.rec = rec
+    try:
+        yield
+    finally:
+        _local.rec = old
+
+
+def backward_compiled(rec: Recording | None) -> None:
+    """Publish the Dynamo-level entry that was waiting for the backward compile."""
+    if rec is not None and rec.on_backward is not None:
+        fn, rec.on_backward = rec.on_backward, None
+        fn()
+
+
 def plan_of(rec: Recording, n_runtime_inputs: int) -> dict:
-    """The plan for an inference compile; :class:`Bypass` when the recording cannot be served."""
+    """The plan for a finished compile; :class:`Bypass` when the recording cannot be served."""
     if rec.problem:
         raise Bypass(rec.problem)
-    if set(rec.keys) != {"inference"} or set(rec.notes) != {"inference"}:
-        raise Bypass("training" if "forward" in rec.keys else "not_cached")
-    note = rec.notes["inference"]
-    if note["n_inputs"] != n_runtime_inputs:
+    kinds = set(rec.keys)
+    if kinds != set(rec.notes) or kinds not in ({"inference"}, {"forward", "backward"}):
+        raise Bypass("not_cached" if kinds <= set(rec.notes) else "partial_compile")
+    if kinds == {"inference"}:
+        note = rec.notes["inference"]
+        if note["n_inputs"] != n_runtime_inputs:
+            raise Bypass("deduplicated_inputs")
+        return {"mode": "inference", "forward": rec.keys["inference"], "backward": None,
+                "n_inputs": n_runtime_inputs, "n_outputs": note["n_outputs"], "n_saved": 0,
+                "grad_inputs": [], "nondiff_outputs": [], "tangent_outputs": [], "tangent_strides": []}
+    fw, bw = rec.notes["forward"], rec.notes["backward"]
+    n_t = len(fw["tangent_outputs"])
+    if fw["n_inputs"] != n_runtime_inputs:
         raise Bypass("deduplicated_inputs")
-    return {"mode": "inference", "forward": rec.keys["inference"], "backward": None,
-            "n_inputs": n_runtime_inputs, "n_outputs": note["n_outputs"], "n_saved": 0,
-            "grad_inputs": [], "nondiff_outputs": [], "tangent_outputs": [], "tangent_strides": []}
+    if bw["n_inputs"] != fw["n_saved"] + n_t:
+        raise Bypass("backward_inputs")
+    return {"mode": "training", "forward": rec.keys["forward"], "backward": rec.keys["backward"],
+            "n_inputs": n_runtime_inputs, "n_outputs": fw["n_outputs"], "n_saved": fw["n_saved"],
+            "grad_inputs": fw["grad_inputs"], "nondiff_outputs": fw["nondiff_outputs"],
+            "tangent_outputs": fw["tangent_outputs"],
+            "tangent_strides": bw["strides"][len(bw["strides"]) - n_t:] if n_t else []}
 
 
 # -- the runtime wrapper ----------------------------------------------------------------------------
@@ -230,6 +284,52 @@ def inference_runner(fn: Callable, params_buffers: list[torch.Tensor], n_inputs:
     return forward
 
 
+def _coerce(g: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """A grad in the layout the backward graph was compiled for (AOTAutograd makes tangents
+    contiguous the same way; a sum's grad, for one, arrives expanded with stride 0)."""
+    if list(g.stride()) == stride:
+        return g
+    out = torch.empty_strided(g.shape, stride, dtype=g.dtype, device=g.device)
+    out.copy_(g)
+    return out
+
+
+def training_runner(fw: Callable, bw: Callable, params_buffers: list[torch.Tensor], plan: dict) -> Callable:
+    """AOTAutograd's training wrapper for a graph without mutations, aliasing, RNG or symbolic
+    state: an autograd.Function whose forward runs the forward entry and saves its extra outputs,
+    and whose backward runs the backward entry on them and the (re-laid-out) grads."""
+    from torch.autograd.function import once_differentiable
+
+    n_in, n_out, n_saved = plan["n_inputs"], plan["n_outputs"], plan["n_saved"]
+    nondiff, tangents, strides = plan["nondiff_outputs"], plan["tangent_outputs"], plan["tangent_strides"]
+
+    class CompiledFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *args: Any) -> Any:
+            outs = fw(list(args))
+            if len(outs) != n_out + n_saved:
+                raise RuntimeError(f"compiled forward returned {len(outs)} values, expected {n_out + n_saved}")
+            user = tuple(outs[:n_out])
+            ctx.save_for_backward(*[x.detach() if x._is_view() else x for x in outs[n_out:]])
+            ctx.mark_non_differentiable(*[user[i] for i in nondiff])
+            ctx._materialize_non_diff_grads = False
+            return user
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx: Any, *grads: Any) -> Any:
+            ts = [_coerce(grads[i], s) for i, s in zip(tangents, strides)]
+            return tuple(bw([*ctx.saved_tensors, *ts]))
+
+    def forward(*runtime_args: Any) -> list:
+        args = [*params_buffers, *runtime_args]
+        if len(args) != n_in:
+            raise RuntimeError(f"compiled graph expects {n_in} inputs, got {len(args)}")
+        with torch.enable_grad():
+            return list(CompiledFunction.apply(*args))
+    return forward
+
+
 def count_bypass(reason: str) -> None:
     _stats.count("dynamo_bypasses", reason=reason)
 
@@ -248,5 +348,5 @@ def _summary(gm: torch.fx.GraphModule) -> str:
     return f"{len(ops)} torch ops: " + ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
 
 
-__all__ = ["Bypass", "Recording", "begin", "end", "make_record", "note_key", "note_aten_graph", "plan_of",
-           "inference_runner", "params_and_buffers", "count_bypass", "meta_for"]
+__all__ = ["Bypass", "Recording", "begin", "end", "active", "backward_compiled", "recording", "make_record", "note_key", "note_aten_graph", "plan_of",
+           "inference_runner", "training_runner", "params_and_buffers", "count_bypass", "meta_for"]

@@ -81,14 +81,11 @@ def test_key_changes_with_versions(monkeypatch):
     assert key(f, X, W) != base
 
 
-def test_autocast_and_training_bypass():
+def test_autocast_bypasses():
     gm, ex = capture(f, X, W)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with pytest.raises(dynamo.Bypass, match="autocast"):
             dynamo.make_record(gm, ex, get_config())
-    gm, ex = capture(f, X, W.clone().requires_grad_())
-    with pytest.raises(dynamo.Bypass, match="training"):
-        dynamo.make_record(gm, ex, get_config())
 
 
 class Tiny(torch.nn.Module):
@@ -154,12 +151,60 @@ def test_unsafe_graph_kinds_bypass_and_stay_correct(cache_dir, fn, reason):
     assert stats()["dynamo_bypasses"] == {reason: 1} and stats()["dynamo_misses"] == 0
 
 
-def test_training_graph_bypasses_to_aten_entries(cache_dir):
+class TwoHeads(torch.nn.Module):
+    """A differentiable output, an integer one (non-differentiable) and one the loss ignores."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.b(torch.relu(self.a(x)))
+        return h * 2, h.argmax(-1), h.exp()
+
+
+def train_step(model, x, compiled):
+    for p in [*model.parameters(), x]:
+        p.grad = None
+    fn = torch.compile(model, backend="neuron") if compiled else model
+    y, idx, unused = fn(x)
+    (y * torch.arange(4.0)).sum().backward()  # the grad of a sum arrives expanded (stride 0)
+    return [y, idx, *[p.grad.clone() for p in model.parameters()], x.grad.clone()]
+
+
+def test_training_warm_hit_skips_aot_autograd_and_matches_eager(cache_dir, monkeypatch):
     torch.manual_seed(0)
-    model, x = Tiny(), torch.randn(3, 8)
+    model, x = TwoHeads(), torch.randn(3, 8, requires_grad=True)
+    ref = train_step(model, x, False)
     torch._dynamo.reset()
-    torch.compile(model, backend="neuron")(x).sum().backward()
-    assert stats()["dynamo_bypasses"] == {"training": 1} and stats()["misses"] == 2
+    clear_memory()
+    for a, b in zip(train_step(model, x, True), ref):
+        torch.testing.assert_close(a, b)
+    assert (stats()["dynamo_misses"], stats()["misses"]) == (1, 2)
+
+    import torch._functorch.aot_autograd as aot
+    monkeypatch.setattr(aot, "create_aot_state", lambda *a, **k: pytest.fail("AOTAutograd ran"))
+    torch._dynamo.reset()
+    clear_memory()
+    reset_stats()
+    got = train_step(model, x, True)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    assert not got[1].requires_grad
+    assert (stats()["dynamo_hits"], stats()["hits_disk"], stats()["misses"]) == (1, 2, 0)
+    with pytest.raises(RuntimeError):  # double backward is refused, as AOTAutograd refuses it
+        y = torch.compile(model, backend="neuron")(x)[0]
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        g.sum().backward()
+
+
+def test_training_graph_with_dropout_bypasses(cache_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))
+    torch._dynamo.reset()
+    torch.compile(model, backend="neuron")(torch.randn(3, 8)).sum().backward()
+    assert stats()["dynamo_bypasses"] == {"random_ops": 1} and stats()["dynamo_misses"] == 0
 
 
 @pytest.mark.parametrize("shape", [[], "plan", {"mode": "inference", "forward": "x"}])
