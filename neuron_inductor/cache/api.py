@@ -303,7 +303,12 @@ def _dynamo_hit(store: Store, key: str, params: list, n_inputs: int) -> Callable
     fns = []
     for k in (plan["forward"], plan["backward"]):
         if k is not None:
-            fn = _memory.get((str(store.root), k)) or _try_load(store, k)
+            fn = _memory.get((str(store.root), k))
+            if fn is not None:
+                _stats.count("hits")
+                _stats.count("hits_memory")
+            else:
+                fn = _try_load(store, k)
             if fn is None:  # an ATen entry was evicted or is corrupt: trace again
                 return None
             fns.append(fn)

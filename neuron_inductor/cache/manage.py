@@ -111,7 +111,7 @@ def apply_prune(store: Store, plan: PrunePlan) -> None:
     for e in plan.remove:
         store.remove(e.path)
     for p in plan.other_dirs:
-        store.remove_version_dir(p)
+        store.remove_dir(p)
     store.sweep_temps()
 
 
@@ -125,11 +125,12 @@ def plan_clear(store: Store) -> tuple[list[EntryInfo], list[Path]]:
 def clear(store: Store) -> tuple[int, int]:
     """Remove every entry, temp dir and quarantined entry; lock and stats files stay (see store.py)."""
     store.require_marker()
-    infos, _ = plan_clear(store)
+    infos, extra = plan_clear(store)
     n, size = len(infos), sum(e.size for e in infos)
     for e in infos:
         store.remove(e.path)
-    store.remove_quarantine()
+    for p in extra:
+        store.remove_dir(p)
     store.sweep_temps(max_age=0)
     return n, size
 

@@ -107,6 +107,31 @@ def _mkdir_private(path: Path) -> None:
         pass
 
 
+def _adopt(root: Path) -> None:
+    """Write the marker into a root that holds nothing but cache files (a new or older cache)."""
+    marker = root / MARKER
+    if marker.is_file() and not marker.is_symlink():
+        return
+    try:
+        if all(_ROOT_NAMES.match(p.name) for p in root.iterdir()):
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(MARKER_TEXT)
+    except OSError as e:  # read-only cache: still readable; destructive commands will refuse
+        log.debug("could not write %s in %s: %s", MARKER, root, e)
+
+
+def is_marked(root: Path) -> bool:
+    """Whether ``root`` carries our marker file (a regular file with the CACHEDIR.TAG signature)."""
+    try:
+        st = os.lstat(root / MARKER)
+        with open(root / MARKER, encoding="utf-8", errors="replace") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and head.startswith(MARKER_TEXT.splitlines()[0])
+
+
 @dataclass
 class EntryInfo:
     """What ``list``/``prune``/``explain`` need about one entry, read without executing anything."""
@@ -138,33 +163,11 @@ class Store:
             os.chmod(self.root, 0o700)
         check_secure(self.root)
         self.vdir = self.root / f"v{SCHEMA_VERSION}"
-        self._adopt()
-
-    def _adopt(self) -> None:
-        """Write the marker into a root that holds nothing but cache files (a new or older cache)."""
-        marker = self.root / MARKER
-        if marker.is_file() and not marker.is_symlink():
-            return
-        try:
-            if all(_ROOT_NAMES.match(p.name) for p in self.root.iterdir()):
-                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(MARKER_TEXT)
-        except OSError as e:  # read-only cache: still readable; destructive commands will refuse
-            log.debug("could not write %s in %s: %s", MARKER, self.root, e)
-
-    def is_marked(self) -> bool:
-        try:
-            st = os.lstat(self.root / MARKER)
-            with open(self.root / MARKER, encoding="utf-8", errors="replace") as f:
-                head = f.read(64)
-        except OSError:
-            return False
-        return stat.S_ISREG(st.st_mode) and head.startswith(MARKER_TEXT.splitlines()[0])
+        _adopt(self.root)
 
     def require_marker(self) -> None:
         """Raise :class:`NotACacheError` unless the root carries our marker file."""
-        if not self.is_marked():
+        if not is_marked(self.root):
             raise NotACacheError(
                 f"{self.root} is not a neuron_inductor compile cache (no {MARKER} marker file with the "
                 "cache signature), so nothing was deleted. Check --cache-dir and "
@@ -272,7 +275,7 @@ class Store:
             if not validate.is_entry_file(name) or name in (MANIFEST, RECORD, META):
                 raise ValueError(f"artifact file name {name!r} is not one an entry may hold")
         parent = self.ensure_parent(key)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key[:16]}-{_host()}-{os.getpid()}-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key[:16]}-{host_tag()}-{os.getpid()}-", dir=parent))
         try:
             files: dict[str, dict] = {}
             payload = dict(sources)
@@ -305,11 +308,11 @@ class Store:
         """Remove temp dirs left by crashed writers and killed imports: older than ``max_age`` or
         whose process (on this host) is gone."""
         removed = 0
-        me = _host()
+        me = host_tag()
         now = time.time()
         places = [(self.root, IMPORT_PREFIX)]
         for vdir in self.version_dirs():
-            places += [(shard, TMP_PREFIX) for shard in self.shards(vdir)]
+            places += [(shard, TMP_PREFIX) for shard in _shards(vdir)]
         for parent, prefix in places:
             for name in _listdir(parent):
                 if not name.name.startswith(prefix) or not _real_dir(name):
@@ -335,14 +338,10 @@ class Store:
             return [self.vdir] if _real_dir(self.vdir) else []
         return sorted(p for p in _listdir(self.root) if VERSION_DIR.match(p.name) and _real_dir(p))
 
-    @staticmethod
-    def shards(vdir: Path) -> list[Path]:
-        return sorted(p for p in _listdir(vdir) if HEX2.match(p.name) and _real_dir(p))
-
     def entries(self, all_versions: bool = False) -> Iterator[EntryInfo]:
         """Every published entry (corrupt ones too: manifest None), without verifying checksums."""
         for vdir in self.version_dirs(all_versions):
-            for shard in self.shards(vdir):
+            for shard in _shards(vdir):
                 for entry in sorted(_listdir(shard)):
                     if HEX64.match(entry.name) and entry.name[:2] == shard.name and _real_dir(entry):
                         yield self.info(entry)
@@ -383,23 +382,13 @@ class Store:
             raise NotACacheError(f"refusing to delete {entry}: not a cache entry of {self.root}")
         _remove_tree(entry, shard)
 
-    def remove_version_dir(self, vdir: Path) -> None:
-        """Delete a whole ``v<N>`` dir of this root (another schema's entries)."""
-        if not (VERSION_DIR.match(vdir.name) and vdir.parent == self.root and _real_dir(vdir)):
-            raise NotACacheError(f"refusing to delete {vdir}: not a schema dir of {self.root}")
-        _remove_tree(vdir, self.root)
-
-    def remove_quarantine(self) -> None:
-        q = self.root / "quarantine"
-        if _real_dir(q):
-            _remove_tree(q, self.root)
-
-    def staging_dir(self) -> Path:
-        """A private dir inside the root for unpacking an archive; swept if its process dies."""
-        return Path(tempfile.mkdtemp(prefix=f"{IMPORT_PREFIX}{_host()}-{os.getpid()}-", dir=self.root))
-
-    def total_bytes(self) -> int:
-        return sum(e.size for e in self.entries())
+    def remove_dir(self, path: Path) -> None:
+        """Delete a whole ``v<N>`` dir (another schema's entries) or the quarantine dir of this root."""
+        path = Path(path)
+        if not ((VERSION_DIR.match(path.name) or path.name == "quarantine") and path.parent == self.root
+                and _real_dir(path)):
+            raise NotACacheError(f"refusing to delete {path}: not a schema or quarantine dir of {self.root}")
+        _remove_tree(path, self.root)
 
     def evict(self, max_bytes: int, keep: str | None = None) -> list[str]:
         """Drop least-recently-used entries until the cache fits in ``max_bytes``."""
@@ -430,7 +419,12 @@ def _write_file(path: Path, data: bytes, sync: bool = False) -> None:
             os.fsync(f.fileno())
 
 
-def _host() -> str:
+def _shards(vdir: Path) -> list[Path]:
+    return sorted(p for p in _listdir(vdir) if HEX2.match(p.name) and _real_dir(p))
+
+
+def host_tag() -> str:
+    """This host in temp dir names: a sweep judges by pid only the dirs of its own host."""
     return socket.gethostname().replace("-", "_")[:32]
 
 

@@ -26,6 +26,7 @@ import re
 import shutil
 import stat
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any, Iterable
 from . import validate
 from .audit import AuditError, audit_sources
 from .schema import SCHEMA_VERSION, canonical_json, key_of
-from .store import CorruptEntry, Store
+from .store import IMPORT_PREFIX, CorruptEntry, Store, host_tag
 from .validate import MANIFEST, META, PLAN, RECORD
 
 SIGNATURE = "neuron-inductor-signature.json"
@@ -297,7 +298,8 @@ def import_(store: Store, src: Path, *, trust: bool = False, dry_run: bool = Fal
     key with its graph name, kind and files (what ``--dry-run`` prints). Raises :class:`ArchiveError`
     when the archive is refused as a whole (nothing is installed then).
     """
-    staging = store.staging_dir()
+    # a private dir inside the root, named so that a sweep removes it if this process dies
+    staging = Path(tempfile.mkdtemp(prefix=f"{IMPORT_PREFIX}{host_tag()}-{os.getpid()}-", dir=store.root))
     try:
         names = extract(src, staging, limits)
         raw: dict[str, bytes] = {}
