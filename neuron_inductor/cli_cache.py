@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from neuron_inductor.cache import manage, transfer
-from neuron_inductor.cache.store import META, RECORD, CacheSecurityError, Store, default_root
+from neuron_inductor.cache.store import META, PLAN, RECORD, CacheSecurityError, Store, default_root
 
 SIGN_KEY_ENV = "NEURON_INDUCTOR_CACHE_SIGN_KEY"
 
@@ -185,7 +185,8 @@ def _cmd_show(args: argparse.Namespace, root: Path) -> int:
         return 1
     meta, record = e.read_json(META), e.read_json(RECORD)
     files = (e.manifest or {}).get("files", {})
-    sources = {n: (e.path / n).read_text(errors="replace") for n in sorted(files) if n.endswith(".py")}
+    sources = {n: (e.path / n).read_text(errors="replace") for n in sorted(files)
+               if n.endswith(".py") or n == PLAN}
     cost = meta.get("cost")
     data = {"key": e.key, "path": str(e.path), "manifest": e.manifest, "record": record, "meta": meta,
             "hits": e.hits, "sources": sources}
