@@ -202,3 +202,23 @@ def test_killed_import_staging_is_swept(honest, tmp_path):
     alive.mkdir()
     assert target.sweep_temps() == 2
     assert not dead.exists() and not old.exists() and alive.exists()
+
+
+def test_real_compiled_entries_pass_the_audit_and_roundtrip(cache_dir, tmp_path):
+    """Entries of a real training compile (with a declared fallback and a Dynamo-level plan) import."""
+    from neuron_inductor.cache.transfer import export
+
+    def g(x, w):
+        h = torch.relu(x @ w)
+        return h.sum(), h.argmax(-1)  # argmax runs as a declared host fallback
+
+    torch._dynamo.reset()
+    x, w = torch.randn(4, 8), torch.randn(8, 16, requires_grad=True)
+    torch.compile(g, backend="neuron")(x, w)[0].backward()
+    store = Store(cache_dir)
+    keys = sorted(e.key for e in store.entries())
+    assert len(keys) == 3  # forward, backward, plan
+    export(store, tmp_path / "real.tar.gz")
+    target = Store(tmp_path / "target")
+    res = import_(target, tmp_path / "real.tar.gz", trust=True)
+    assert res["bad"] == [] and sorted(res["imported"]) == keys
