@@ -12,10 +12,12 @@ and the number of compiles for 64 random lengths in 1..1024 padded to multiples 
 Dynamo's default settings: at most 8 compiles), then again in a second process (0: all disk hits).
 
 Then the backend time per graph of a warm second process against Inductor's in the same run: a tiny
-Llama forward (no grad) at the 8 bucket lengths 128..1024 with ``dynamic=False`` (8 Dynamo graphs),
+Llama forward (no grad) at the 8 bucket lengths 128..1024 with ``dynamic=False`` (8 Dynamo graphs;
+``--backend-lengths`` to change them),
 each backend timed around its compile call (what Dynamo's ``call_user_compiler`` timer covers), once
 cold to fill each backend's caches (ours, Inductor's FX graph + AOTAutograd caches in a private
-``TORCHINDUCTOR_CACHE_DIR``) and once warm in a new process. Goal: warm neuron <= warm Inductor.
+``TORCHINDUCTOR_CACHE_DIR``; one compile thread: a worker pool only slows a 2-core machine) and once
+warm in a new process. Goal: warm neuron <= warm Inductor.
 Skip with ``--skip-backend``.
 
 Every measurement runs in its own interpreter so import and first-use costs are real. Times are
@@ -95,7 +97,7 @@ CHILD = textwrap.dedent("""
             return fn
         compiled = torch.compile(model.eval(), backend=timed, dynamic=False)
         with torch.no_grad():
-            for n in range(128, 1025, 128):
+            for n in map(int, sys.argv[4].split(",")):
                 compiled(input_ids=torch.randint(0, 256, (1, n)))
         out["graph_seconds"] = times
     if backend == "neuron":
@@ -125,6 +127,8 @@ def main() -> int:
     ap.add_argument("--skip-buckets", action="store_true")
     ap.add_argument("--skip-step", action="store_true", help="skip the first-call step lines")
     ap.add_argument("--skip-backend", action="store_true", help="skip the per-graph Inductor comparison")
+    ap.add_argument("--backend-lengths", default=",".join(str(n) for n in range(128, 1025, 128)),
+                    help="sequence lengths of the per-graph comparison (one Dynamo graph each)")
     args = ap.parse_args()
 
     from neuron_inductor.cache.schema import package_fingerprint  # torch-free
@@ -137,7 +141,7 @@ def main() -> int:
         if not args.skip_buckets:
             bucket_lines(env, tmp, args)
         if not args.skip_backend:
-            backend_lines(env, tmp)
+            backend_lines(env, tmp, args.backend_lengths)
     return 0
 
 
@@ -180,27 +184,30 @@ def bucket_lines(env: dict, tmp: str, args: argparse.Namespace) -> None:
               f"{r['seconds']:.1f} s for the 64 calls")
 
 
-def backend_lines(env: dict, tmp: str) -> None:
+def backend_lines(env: dict, tmp: str, lengths: str) -> None:
     """Warm second-process backend time per graph, ours against Inductor's, in one run."""
     benv = dict(env, NEURON_INDUCTOR_CACHE_DIR=os.path.join(tmp, "per_graph"),
-                TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+                TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+                TORCHINDUCTOR_COMPILE_THREADS=env.get("TORCHINDUCTOR_COMPILE_THREADS", "1"))
+    print(f"backend time per graph, tiny Llama forward (no grad), lengths {lengths} (dynamic=False: "
+          "one Dynamo graph each), timed around the backend call:", flush=True)
     runs = {}
     for backend in ("neuron", "inductor"):
-        cold = child(benv, "backend", backend, 0)
-        warm = child(benv, "backend", backend, 0)
-        runs[backend] = (cold, warm)
-    print("backend time per graph, tiny Llama forward (no grad), 8 Dynamo graphs (lengths 128..1024, "
-          "dynamic=False):")
-    print("  graph  neuron cold  neuron warm  inductor cold  inductor warm  warm neuron/inductor")
-    nc, nw = runs["neuron"][0]["graph_seconds"], runs["neuron"][1]["graph_seconds"]
-    ic, iw = runs["inductor"][0]["graph_seconds"], runs["inductor"][1]["graph_seconds"]
-    for i, (a, b, c, d) in enumerate(zip(nc, nw, ic, iw)):
-        print(f"  {i:5d}  {a:10.3f}s  {b:10.3f}s  {c:12.3f}s  {d:12.3f}s  {b / d:8.2f}x")
-    print(f"  total  {sum(nc):10.3f}s  {sum(nw):10.3f}s  {sum(ic):12.3f}s  {sum(iw):12.3f}s  "
-          f"{sum(nw) / sum(iw):8.2f}x   (goal <= 1x)")
-    wc = runs["neuron"][1]["cache"]
-    print(f"  neuron warm process: Dynamo-level hits {wc['dynamo_hits']}, ATen-level disk hits "
-          f"{wc['hits_disk']}, compiles {wc['misses']}, Dynamo-level bypasses {wc['dynamo_bypasses'] or 0}")
+        cold = child(benv, "backend", backend, 0, lengths)
+        warm = child(benv, "backend", backend, 0, lengths)
+        runs[backend] = (cold["graph_seconds"], warm["graph_seconds"])
+        print(f"  {backend:8s} cold  " + " ".join(f"{t:6.3f}" for t in runs[backend][0])
+              + f"   total {sum(runs[backend][0]):7.3f} s", flush=True)
+        print(f"  {backend:8s} warm  " + " ".join(f"{t:6.3f}" for t in runs[backend][1])
+              + f"   total {sum(runs[backend][1]):7.3f} s", flush=True)
+        if backend == "neuron":
+            wc = warm["cache"]
+            print(f"  neuron warm process: Dynamo-level hits {wc['dynamo_hits']}, ATen-level disk hits "
+                  f"{wc['hits_disk']}, compiles {wc['misses']}, Dynamo-level bypasses "
+                  f"{wc['dynamo_bypasses'] or 0}", flush=True)
+    (_, nw), (_, iw) = runs["neuron"], runs["inductor"]
+    print("  warm neuron / warm inductor per graph: " + " ".join(f"{a / b:5.2f}x" for a, b in zip(nw, iw))
+          + f"; total {sum(nw) / sum(iw):.2f}x (goal <= 1x)", flush=True)
 
 
 if __name__ == "__main__":
