@@ -228,3 +228,47 @@ def test_wrong_shape_plan_is_quarantined_once_and_recompiled(cache_dir, shape):
         torch.testing.assert_close(run_fresh(model, x), ref)
     assert len([w for w in caught if issubclass(w.category, NeuronCacheWarning)]) == 1
     assert stats()["quarantined"] == 1 and stats()["dynamo_hits"] == 1
+
+
+CASES = [
+    ("empty", lambda x: (x * 2).sum(0), lambda: [torch.randn(0, 5)]),
+    ("int_and_mask", lambda i, m: torch.where(m, i * 3, -i), lambda: [torch.randint(-1000, 1000, (7, 3)),
+                                                                      torch.rand(7, 3) > 0.5]),
+    ("bf16", lambda x, w: torch.softmax(x @ w, -1), lambda: [torch.randn(5, 8, dtype=torch.bfloat16),
+                                                             torch.randn(8, 3, dtype=torch.bfloat16)]),
+    ("strided", lambda x: x.exp() + 1, lambda: [torch.randn(6, 4).t()]),
+    ("several_outputs", lambda x: (x.sum(-1), x.amax(0), x.abs()), lambda: [torch.randn(3, 130)]),
+]
+
+
+@pytest.mark.parametrize("name, fn, make", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("train", [False, True])
+def test_warm_hits_match_eager_on_edge_inputs(cache_dir, name, fn, make, train):
+    torch.manual_seed(0)
+    args = make()
+    if train and not args[0].is_floating_point():
+        pytest.skip("integer inputs have no grad")
+    results = []
+    for attempt in range(2):  # cold, then a warm "process"
+        torch._dynamo.reset()
+        clear_memory()
+        a = [x.detach().clone().requires_grad_(train and x.is_floating_point()) for x in args]
+        with torch.set_grad_enabled(train):
+            out = torch.compile(fn, backend="neuron")(*a)
+            outs = out if isinstance(out, tuple) else (out,)
+            if train:
+                sum(o.float().sum() for o in outs if o.requires_grad).backward()
+        results.append([o.detach() for o in outs] + [x.grad for x in a if x.grad is not None])
+    a = [x.detach().clone().requires_grad_(train and x.is_floating_point()) for x in args]
+    with torch.set_grad_enabled(train):
+        out = fn(*a)
+        outs = out if isinstance(out, tuple) else (out,)
+        if train:
+            sum(o.float().sum() for o in outs if o.requires_grad).backward()
+    ref = [o.detach() for o in outs] + [x.grad for x in a if x.grad is not None]
+    tol = dict(rtol=2e-2, atol=2e-2) if name == "bf16" else {}
+    for got in results:
+        assert len(got) == len(ref)
+        for g, r in zip(got, ref):
+            torch.testing.assert_close(g, r, **tol)
+    assert stats()["dynamo_hits"] + sum(stats()["dynamo_bypasses"].values()) >= 1
