@@ -253,7 +253,8 @@ def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
             "max_bytes": _config().cache_max_bytes, "hits": hits, "misses": misses,
             "hit_rate": hits / (hits + misses) if hits + misses else None,
             "counters": total, "counters_by_version": counters, "entries_by_version": by_version,
-            "quarantined_on_disk": len(list(quarantine.iterdir())) if quarantine.is_dir() else 0}
+            "quarantined_on_disk": len(list(quarantine.iterdir())) if quarantine.is_dir() else 0,
+            "temp_dirs": len(list(root.glob(".import-*")) + list(root.glob("v*/*/.tmp-*"))) if store else 0}
 
     def human() -> None:
         print(f"cache directory          {root}")
@@ -267,6 +268,8 @@ def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
             if k not in ("hits", "misses"):
                 print(f"{k.replace('_', ' '):<24} {total[k]:g}")
         print(f"quarantined on disk      {data['quarantined_on_disk']}")
+        print(f"temp dirs                {data['temp_dirs']} (unfinished writes and imports; swept "
+              "when their process is gone or after an hour)")
         if by_version or counters:
             print("by package version:")
             for v in sorted(set(by_version) | set(counters)):
