@@ -1,8 +1,11 @@
 """Shape-keyed on-disk compile cache: every (graph, input shapes, config) is compiled once, ever.
 
-Public surface: :func:`compile_cached` (the backend's seam), :class:`Artifact` (what a compile
-produces), :func:`stats` (counters for this process). Layout and fault handling: ``store.py``;
-the key record: ``key.py``; maintenance used by the CLI: ``manage.py``; design notes: design.md §5.
+Public surface: :func:`compile_cached` (the ATen-level seam, used by ``compile.py``),
+:func:`compile_dynamo_cached` (the Dynamo-level seam, used by ``backend.py``: a hit skips
+AOTAutograd), :class:`Artifact` (what a compile produces), :func:`stats` (counters for this process).
+Layout and fault handling: ``store.py``; the key records: ``key.py`` and ``dynamo.py``; the strict
+file schemas: ``validate.py``; maintenance used by the CLI: ``manage.py``; export/import and their
+trust model: ``transfer.py`` and ``audit.py``; design notes: design.md §5.
 
 Names are resolved lazily so ``neuron-inductor cache ...`` (which only reads files) never pays for
 importing torch.
