@@ -31,11 +31,18 @@ def _sdpa_math():
 
 
 def _make_compiler(kind: str, cfg: Config, name: str) -> Callable:
+    from .cache import dynamo as dynamo_tier
     from .compile import compile_graph
+
+    rec = dynamo_tier.recording()  # the Dynamo-level entry this compile feeds (see cache/dynamo.py)
 
     def compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
         gm._neuron_name = name  # type: ignore[attr-defined]
-        fn = compile_graph(gm, example_inputs, kind, cfg)
+        with dynamo_tier.active(rec):
+            dynamo_tier.note_aten_graph(kind, gm, example_inputs)
+            fn = compile_graph(gm, example_inputs, kind, cfg)
+        if kind == "backward":
+            dynamo_tier.backward_compiled(rec)
 
         def run(args: list):  # AOTAutograd's boxed calling convention: one list, ours to clear
             return fn(args)
@@ -67,20 +74,27 @@ _graph_count = [0]
 
 
 def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) -> Callable:
-    from functorch.compile import min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
-
-    from .graph.decompositions import decomposition_table
+    """Through the Dynamo-level cache tier (a hit skips AOTAutograd and building the decomposition
+    table), else AOTAutograd with our compilers, each of which goes through the ATen-level tier."""
+    from .cache import compile_dynamo_cached
 
     name = f"g{_graph_count[0]}"
     _graph_count[0] += 1
-    aot = aot_autograd(
-        fw_compiler=_make_compiler("forward", cfg, name),
-        bw_compiler=_make_compiler("backward", cfg, name),
-        inference_compiler=_make_compiler("inference", cfg, name),
-        decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
-        keep_inference_input_mutations=True,
-    )
-    with _sdpa_math():
-        return aot(gm, example_inputs)
+
+    def run_aot() -> Callable:
+        from functorch.compile import min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+
+        from .graph.decompositions import decomposition_table
+
+        aot = aot_autograd(
+            fw_compiler=_make_compiler("forward", cfg, name),
+            bw_compiler=_make_compiler("backward", cfg, name),
+            inference_compiler=_make_compiler("inference", cfg, name),
+            decompositions=decomposition_table(),
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=True,
+        )
+        with _sdpa_math():
+            return aot(gm, example_inputs)
+    return compile_dynamo_cached(gm, example_inputs, cfg, run_aot, name=name)

@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from neuron_inductor.cache import manage
-from neuron_inductor.cache.store import META, RECORD, CacheSecurityError, Store, default_root
+from neuron_inductor.cache import manage, transfer
+from neuron_inductor.cache.store import META, PLAN, RECORD, CacheSecurityError, Store, default_root
+
+SIGN_KEY_ENV = "NEURON_INDUCTOR_CACHE_SIGN_KEY"
 
 
 class UsageError(Exception):
@@ -56,13 +58,25 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="only show what would be removed")
     s = add("clear", "remove every entry")
     s.add_argument("--yes", action="store_true", help="do not ask")
+    s.add_argument("--dry-run", action="store_true", help="only show what would be removed")
     s = add("explain", "why did a graph miss? diff its key record against the nearest entry")
     s.add_argument("key", nargs="?", help="an entry's key or prefix (default: the newest entry)")
     s.add_argument("--record", help="a key record JSON file (record.json) to explain instead")
+    sign_help = (f"shared secret key file for the archive's HMAC signature (default: ${SIGN_KEY_ENV}); "
+                 "make one with `cache keygen`")
     s = add("export", "write verified entries to a .tar.gz (to warm other machines)")
     s.add_argument("file")
     s.add_argument("--key", action="append", help="only this key or prefix (repeatable)")
-    s = add("import", "add the verified entries of a .tar.gz made by export")
+    s.add_argument("--sign-key", help=sign_help)
+    s = add("import", "check a .tar.gz made by export and install its entries if it is trusted: signed "
+                      "with --sign-key, or --trust after reviewing --dry-run")
+    s.add_argument("file")
+    s.add_argument("--dry-run", action="store_true",
+                   help="list every key, graph name and file the archive would install; install nothing")
+    s.add_argument("--trust", action="store_true",
+                   help="install an unsigned archive (after reviewing it with --dry-run)")
+    s.add_argument("--sign-key", help=sign_help)
+    s = add("keygen", "write a new random signing key file (mode 0600) to share with trusted machines")
     s.add_argument("file")
     return p
 
@@ -83,7 +97,7 @@ def run_cache(args: argparse.Namespace) -> int:
     except UsageError as e:
         print(f"neuron-inductor cache {cmd}: error: {e}", file=sys.stderr)
         return 2
-    except CacheSecurityError as e:
+    except (CacheSecurityError, transfer.ArchiveError) as e:
         print(f"neuron-inductor cache {cmd}: {e}", file=sys.stderr)
         return 1
 
@@ -171,7 +185,8 @@ def _cmd_show(args: argparse.Namespace, root: Path) -> int:
         return 1
     meta, record = e.read_json(META), e.read_json(RECORD)
     files = (e.manifest or {}).get("files", {})
-    sources = {n: (e.path / n).read_text(errors="replace") for n in sorted(files) if n.endswith(".py")}
+    sources = {n: (e.path / n).read_text(errors="replace") for n in sorted(files)
+               if n.endswith(".py") or n == PLAN}
     cost = meta.get("cost")
     data = {"key": e.key, "path": str(e.path), "manifest": e.manifest, "record": record, "meta": meta,
             "hits": e.hits, "sources": sources}
@@ -238,7 +253,8 @@ def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
             "max_bytes": _config().cache_max_bytes, "hits": hits, "misses": misses,
             "hit_rate": hits / (hits + misses) if hits + misses else None,
             "counters": total, "counters_by_version": counters, "entries_by_version": by_version,
-            "quarantined_on_disk": len(list(quarantine.iterdir())) if quarantine.is_dir() else 0}
+            "quarantined_on_disk": len(list(quarantine.iterdir())) if quarantine.is_dir() else 0,
+            "temp_dirs": len(list(root.glob(".import-*")) + list(root.glob("v*/*/.tmp-*"))) if store else 0}
 
     def human() -> None:
         print(f"cache directory          {root}")
@@ -252,6 +268,8 @@ def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
             if k not in ("hits", "misses"):
                 print(f"{k.replace('_', ' '):<24} {total[k]:g}")
         print(f"quarantined on disk      {data['quarantined_on_disk']}")
+        print(f"temp dirs                {data['temp_dirs']} (unfinished writes and imports; swept "
+              "when their process is gone or after an hour)")
         if by_version or counters:
             print("by package version:")
             for v in sorted(set(by_version) | set(counters)):
@@ -293,6 +311,8 @@ def _cmd_prune(args: argparse.Namespace, root: Path) -> int:
     older = _age_arg(args.older_than)
     if max_size is None and older is None and not args.old_versions:
         max_size = _config().cache_max_bytes  # like `ccache -c`: enforce the configured cap
+    if store:
+        store.require_marker()
     plan = manage.plan_prune(store, max_size, older, args.old_versions) if store else manage.PrunePlan()
     if store and not args.dry_run:
         manage.apply_prune(store, plan)
@@ -315,6 +335,20 @@ def _cmd_clear(args: argparse.Namespace, root: Path) -> int:
     store = _store(root)
     if store is None:
         _emit(args, {"removed": 0, "bytes": 0}, lambda: print(f"nothing to clear in {root}"))
+        return 0
+    store.require_marker()
+    if args.dry_run:
+        infos, extra = manage.plan_clear(store)
+        rows = [{"key": e.key, "path": str(e.path), "size": e.size} for e in infos]
+
+        def human() -> None:
+            for r in rows:
+                print(f"would remove {r['path']}  {manage.human_size(r['size'])}")
+            for p in extra:
+                print(f"would remove {p}")
+            print(f"would remove {len(rows)} entries, {manage.human_size(sum(e.size for e in infos))}")
+
+        _emit(args, {"dry_run": True, "removed": rows, "other": [str(p) for p in extra]}, human)
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
@@ -378,15 +412,26 @@ def _short(v: Any, n: int = 70) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def _sign_key(args: argparse.Namespace) -> bytes | None:
+    path = getattr(args, "sign_key", None) or os.environ.get(SIGN_KEY_ENV)
+    return transfer.read_key(path) if path else None
+
+
 def _cmd_export(args: argparse.Namespace, root: Path) -> int:
     store = _store(root)
     if store is None:
         raise UsageError(f"no cache at {root}")
     keys = None
     if args.key:
-        keys = [e.key for k in args.key for e in store.find(k)]
-    res = manage.export(store, Path(args.file), keys)
+        keys = []
+        for k in args.key:
+            found = store.find(k)
+            if not found:
+                raise UsageError(f"no cache entry with key {k!r} in {root}; nothing exported")
+            keys += [e.key for e in found]
+    res = transfer.export(store, Path(args.file), keys, sign_key=_sign_key(args))
     _emit(args, res, lambda: print(f"exported {len(res['exported'])} entries to {args.file}"
+                                   + (" (signed)" if res["signed"] else " (unsigned)")
                                    + (f"; skipped {len(res['skipped'])} bad" if res["skipped"] else "")))
     return 1 if res["skipped"] else 0
 
@@ -396,26 +441,54 @@ def _cmd_import(args: argparse.Namespace, root: Path) -> int:
         raise UsageError(f"no such file {args.file}")
     store = _store(root, create=True)
     assert store is not None
-    try:
-        res = manage.import_(store, Path(args.file))
-    except (OSError, EOFError, __import__("tarfile").TarError) as e:
-        print(f"neuron-inductor cache import: cannot read {args.file}: {e}", file=sys.stderr)
-        return 1
+    res = transfer.import_(store, Path(args.file), trust=args.trust, dry_run=args.dry_run,
+                           sign_key=_sign_key(args))
 
     def human() -> None:
+        print(f"archive {args.file}: signature {res['signature']}")
+        for e in res["entries"]:
+            print(f"{'ok ' if e['ok'] else 'BAD'}  {e['key']}  {e['graph_name']}  {e['kind']}")
+            for name, size in e["files"].items():
+                print(f"       {name}  {manage.human_size(size)}")
+            if e["problem"]:
+                print(f"       refused: {e['problem']}")
         for b in res["bad"]:
-            print(f"BAD  {b['key'][:12]}  {b['problem']}")
-        print(f"imported {len(res['imported'])}, already present {len(res['already_present'])}, "
-              f"rejected {len(res['bad'])}")
+            if not any(e["key"] == b["key"] for e in res["entries"]):
+                print(f"BAD  {b['key']}  {b['problem']}")
+        if args.dry_run:
+            print(f"dry run: {len(res['entries']) - len(res['bad'])} entries would be installed, "
+                  f"{len(res['bad'])} refused; nothing was written")
+        elif not res["trusted"]:
+            print("nothing installed: the archive is not signed with your key. Review the list above; "
+                  "if you trust every file, run again with --trust (or import a signed archive with "
+                  "--sign-key)", file=sys.stderr)
+        else:
+            print(f"imported {len(res['imported'])}, already present {len(res['already_present'])}, "
+                  f"rejected {len(res['bad'])}")
 
     _emit(args, res, human)
-    return 1 if res["bad"] else 0
+    if res["bad"]:
+        return 1
+    return 0 if args.dry_run or res["trusted"] else 1
+
+
+def _cmd_keygen(args: argparse.Namespace, root: Path) -> int:
+    try:
+        p = transfer.make_key(args.file)
+    except FileExistsError:
+        raise UsageError(f"{args.file} exists; refusing to overwrite a key") from None
+    except OSError as e:
+        raise UsageError(f"cannot write {args.file}: {e}") from None
+    _emit(args, {"key_file": str(p)}, lambda: print(
+        f"wrote {p} (mode 0600). Copy it to the machines you trust (never inside an archive) and pass "
+        f"--sign-key {p} (or set {SIGN_KEY_ENV}) to export and import"))
+    return 0
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Path], int]] = {
     "list": _cmd_list, "show": _cmd_show, "stats": _cmd_stats, "verify": _cmd_verify,
     "prune": _cmd_prune, "clear": _cmd_clear, "explain": _cmd_explain, "export": _cmd_export,
-    "import": _cmd_import,
+    "import": _cmd_import, "keygen": _cmd_keygen,
 }
 
 

@@ -97,29 +97,80 @@ def test_verify_prune_clear_exit_codes(populated):
     assert cli(d, "no-such-command").returncode == 2
 
 
-def test_export_import_roundtrip_and_tamper(populated, tmp_path):
+def test_export_import_needs_trust_then_roundtrips(populated, tmp_path):
     d, by_n = populated
     tar = tmp_path / "warm.tar.gz"
     cli(d, "export", str(tar), check_rc=0)
     other = tmp_path / "other"
-    res = json.loads(cli(other, "import", str(tar), "--json", check_rc=0).stdout)
+    refused = cli(other, "import", str(tar))  # unsigned, no --trust: listed, nothing installed
+    assert refused.returncode == 1 and "--trust" in refused.stderr
+    assert json.loads(cli(other, "list", "--json").stdout) == []
+    dry = cli(other, "import", str(tar), "--dry-run", check_rc=0).stdout
+    for e in by_n.values():
+        assert e.key in dry
+    assert "llama_fwd" in dry and "wrapper.py" in dry and "nothing was written" in dry
+    res = json.loads(cli(other, "import", str(tar), "--trust", "--json", check_rc=0).stdout)
     assert sorted(res["imported"]) == sorted(e.key for e in by_n.values())
     assert cli(other, "verify", check_rc=0).stdout.startswith("3 ok")
     assert oct(os.stat(other).st_mode & 0o777) == "0o700"
+    shown = cli(other, "show", by_n[8].key[:10], check_rc=0).stdout
+    assert "def call(args)" in shown
 
+
+def test_signed_archive_installs_and_tampering_is_refused(populated, tmp_path):
+    d, by_n = populated
+    key = tmp_path / "shared.key"
+    cli(d, "keygen", str(key), check_rc=0)
+    assert oct(os.stat(key).st_mode & 0o777) == "0o600"
+    tar = tmp_path / "signed.tar.gz"
+    assert "(signed)" in cli(d, "export", str(tar), "--sign-key", str(key), check_rc=0).stdout
+    other = tmp_path / "other"
+    res = json.loads(cli(other, "import", str(tar), "--sign-key", str(key), "--json", check_rc=0).stdout)
+    assert res["signature"] == "valid" and len(res["imported"]) == 3
+
+    import io
     import tarfile
     bad_tar = tmp_path / "bad.tar.gz"
     with tarfile.open(tar) as src, tarfile.open(bad_tar, "w:gz") as dst:
         for m in src.getmembers():
             data = src.extractfile(m).read()
             if m.name.endswith("wrapper.py") and by_n[8].key in m.name:
-                data = b"import os; os.system('echo pwned')\n"
+                data = b"def call(args):\n    return [args[0] * 3]\n"
                 m.size = len(data)
-            import io
             dst.addfile(m, io.BytesIO(data))
     third = tmp_path / "third"
-    res = json.loads(cli(third, "import", str(bad_tar), "--json", check_rc=1).stdout)
-    assert [b["key"] for b in res["bad"]] == [by_n[8].key] and len(res["imported"]) == 2
+    p = cli(third, "import", str(bad_tar), "--sign-key", str(key))
+    assert p.returncode == 1 and "changed after signing" in p.stderr
+    assert json.loads(cli(third, "list", "--json").stdout) == []
+    other_key = tmp_path / "other.key"
+    cli(d, "keygen", str(other_key), check_rc=0)
+    p = cli(third, "import", str(tar), "--sign-key", str(other_key))
+    assert p.returncode == 1 and "another key" in p.stderr
+
+
+BAD_ARGUMENTS = [
+    (["prune", "--max-size", "1e400"], "bad size"),
+    (["prune", "--max-size=-5M"], "bad size"),
+    (["prune", "--max-size", "nan"], "bad size"),
+    (["prune", "--older-than=-3d"], "bad age"),
+    (["prune", "--older-than", "nan"], "bad age"),
+    (["list", "--older-than", "inf"], "bad age"),
+    (["export", "--key", "zzzz", "OUT"], "no cache entry with key"),
+    (["export", "DIR"], "is a directory"),
+    (["export", "MISSING/x.tar.gz"], "does not exist"),
+]
+
+
+def test_bad_arguments_are_clear_errors(populated, tmp_path):
+    d, by_n = populated
+    for args, message in BAD_ARGUMENTS:
+        args = [str(tmp_path / "out.tar.gz") if a == "OUT" else str(tmp_path) if a == "DIR" else
+                str(tmp_path / "missing" / "x.tar.gz") if a.startswith("MISSING") else a for a in args]
+        before = sorted(p.name for p in tmp_path.iterdir())
+        p = cli(d, *args)
+        assert p.returncode in (1, 2) and message in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # no archive, no temp file
+    assert len(json.loads(cli(d, "list", "--json").stdout)) == 3  # nothing removed
 
 
 def test_insecure_dir_is_reported(populated):

@@ -1,8 +1,11 @@
 """Shape-keyed on-disk compile cache: every (graph, input shapes, config) is compiled once, ever.
 
-Public surface: :func:`compile_cached` (the backend's seam), :class:`Artifact` (what a compile
-produces), :func:`stats` (counters for this process). Layout and fault handling: ``store.py``;
-the key record: ``key.py``; maintenance used by the CLI: ``manage.py``; design notes: design.md §5.
+Public surface: :func:`compile_cached` (the ATen-level seam, used by ``compile.py``),
+:func:`compile_dynamo_cached` (the Dynamo-level seam, used by ``backend.py``: a hit skips
+AOTAutograd), :class:`Artifact` (what a compile produces), :func:`stats` (counters for this process).
+Layout and fault handling: ``store.py``; the key records: ``key.py`` and ``dynamo.py``; the strict
+file schemas: ``validate.py``; maintenance used by the CLI: ``manage.py``; export/import and their
+trust model: ``transfer.py`` and ``audit.py``; design notes: design.md §5.
 
 Names are resolved lazily so ``neuron-inductor cache ...`` (which only reads files) never pays for
 importing torch.
@@ -17,6 +20,7 @@ _EXPORTS = {
     "graph_summary": "api", "make_record": "key", "SCHEMA_VERSION": "schema", "key_of": "schema",
     "package_fingerprint": "schema", "reset_stats": "counters", "stats": "counters",
     "CacheSecurityError": "store", "Store": "store", "default_root": "store",
+    "compile_dynamo_cached": "api",
 }
 
 __all__ = sorted(_EXPORTS)

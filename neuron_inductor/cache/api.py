@@ -23,8 +23,10 @@ from typing import Any, Callable, Sequence
 import torch.fx
 
 from . import counters as _stats
+from . import dynamo as _dynamo
+from . import validate
 from .key import key_of, make_record
-from .store import META, CorruptEntry, Store, default_root
+from .store import META, PLAN, CorruptEntry, Store, default_root
 
 log = logging.getLogger("neuron_inductor.cache")
 
@@ -85,6 +87,7 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         return _load_uncached(compile_fn())
     record = make_record(gm, example_inputs, kind, cfg)
     key = key_of(record)
+    _dynamo.note_key(kind, key)
     root = default_root(cfg)
     mem = _memory.get((str(root), key))
     if mem is not None:
@@ -163,8 +166,8 @@ def _try_load(store: Store, key: str) -> Callable | None:
         found = store.lookup(key)
     except CorruptEntry as e:
         _stats.count("quarantined", root=store.root)
-        warnings.warn(f"corrupt compile cache entry quarantined, recompiling: {e}", NeuronCacheWarning,
-                      stacklevel=3)
+        _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry quarantined, "
+                   f"recompiling: {e}")
         return None
     if found is None:
         return None
@@ -174,13 +177,13 @@ def _try_load(store: Store, key: str) -> Callable | None:
     except Exception as e:  # verified bytes that no longer load: treat like corruption
         store.quarantine(entry)
         _stats.count("quarantined", root=store.root)
-        warnings.warn(f"compile cache entry {entry} failed to load ({e!r}); quarantined, recompiling",
-                      NeuronCacheWarning, stacklevel=3)
+        _warn_once(f"corrupt:{key}", store.root, f"compile cache entry {entry} failed to load ({e!r}); "
+                   "quarantined, recompiling")
         return None
     store.touch_hit(entry)
-    try:
+    try:  # verify() checked the shape: a number or absent
         saved = float(json.loads((entry / META).read_text()).get("compile_seconds") or 0.0)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         saved = 0.0
     _stats.count("hits")
     _stats.count("hits_disk")
@@ -218,3 +221,100 @@ def graph_summary(gm: torch.fx.GraphModule, top: int = 4) -> str:
     common = collections.Counter(names).most_common(top)
     more = ", ..." if len(set(names)) > top else ""
     return f"{len(names)} ops: " + ", ".join(f"{n} x{c}" for n, c in common) + more
+
+
+# -- the Dynamo-graph tier ---------------------------------------------------------------------------
+def compile_dynamo_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Any,
+                          aot_compile: Callable[[], Callable], name: str = "dynamo_graph") -> Callable:
+    """Serve a Dynamo graph from its plan (skipping AOTAutograd), else run ``aot_compile`` and, when
+    the graph qualifies (see ``dynamo.py``), store the plan naming the ATen entries it produced."""
+    if not cfg.cache:
+        return aot_compile()
+    try:
+        record = _dynamo.make_record(gm, example_inputs, cfg)
+    except _dynamo.Bypass as e:
+        _dynamo.count_bypass(str(e))
+        return aot_compile()
+    except Exception as e:  # noqa: BLE001 - a graph we cannot key is compiled the usual way
+        log.debug("no Dynamo-level key: %r", e)
+        _dynamo.count_bypass("unkeyable")
+        return aot_compile()
+    key = key_of(record)
+    root = default_root(cfg)
+    params = _dynamo.params_and_buffers(gm)
+    n_inputs = len(params) + len(example_inputs)
+    try:
+        store = Store(root)
+    except OSError:
+        return aot_compile()  # compile_cached reports the unusable dir
+    fn = _dynamo_hit(store, key, params, n_inputs)
+    if fn is not None:
+        return fn
+    rec = _dynamo.begin()
+    t0 = time.perf_counter()
+    try:
+        compiled = aot_compile()
+    finally:
+        _dynamo.end()
+    elapsed = time.perf_counter() - t0
+
+    def publish() -> None:
+        try:
+            plan = _dynamo.plan_of(rec, n_inputs)
+            if not all(store.entry_dir(k).is_dir() for k in (plan["forward"], plan["backward"]) if k):
+                raise _dynamo.Bypass("not_cached")
+        except _dynamo.Bypass as e:
+            _dynamo.count_bypass(str(e))
+            return
+        meta = _dynamo.meta_for(gm, record, elapsed, plan, name)
+        try:
+            store.write(key, record, {PLAN: json.dumps(plan, indent=1, sort_keys=True)}, meta)
+            _stats.count("dynamo_misses", root=root)
+        except OSError as e:
+            log.debug("could not store the Dynamo-level entry: %s", e)
+
+    if "forward" in rec.keys and "backward" not in rec.keys and not rec.problem:
+        rec.on_backward = publish  # AOTAutograd compiles the backward at the first backward call
+    else:
+        publish()
+    return compiled
+
+
+def _dynamo_hit(store: Store, key: str, params: list, n_inputs: int) -> Callable | None:
+    try:
+        found = store.lookup(key)
+    except CorruptEntry as e:
+        _stats.count("quarantined", root=store.root)
+        _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry quarantined, "
+                   f"recompiling: {e}")
+        return None
+    if found is None:
+        return None
+    entry, _manifest = found
+    try:
+        plan = validate.plan(json.loads((entry / PLAN).read_text()))
+    except (OSError, ValueError) as e:
+        store.quarantine(entry)
+        _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry {entry} ({e}); "
+                   "quarantined, recompiling")
+        return None
+    if plan["n_inputs"] != n_inputs:
+        return None
+    fns = []
+    for k in (plan["forward"], plan["backward"]):
+        if k is not None:
+            fn = _memory.get((str(store.root), k))
+            if fn is not None:
+                _stats.count("hits")
+                _stats.count("hits_memory")
+            else:
+                fn = _try_load(store, k)
+            if fn is None:  # an ATen entry was evicted or is corrupt: trace again
+                return None
+            fns.append(fn)
+    store.touch_hit(entry)
+    _stats.count("dynamo_hits")
+    _stats.persist(store.root, {"dynamo_hits": 1})
+    if plan["mode"] == "inference":
+        return _dynamo.inference_runner(fns[0], params, plan["n_inputs"], plan["n_outputs"])
+    return _dynamo.training_runner(fns[0], fns[1], params, plan)

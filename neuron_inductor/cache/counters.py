@@ -16,7 +16,9 @@ from typing import Any
 log = logging.getLogger("neuron_inductor.cache")
 
 STATS_FILE = "stats.json"
-_COUNTERS = ("hits", "hits_memory", "hits_disk", "misses", "quarantined", "evictions")
+_COUNTERS = ("hits", "hits_memory", "hits_disk", "misses", "quarantined", "evictions", "dynamo_hits",
+             "dynamo_misses")
+_BY_REASON = ("bypasses", "dynamo_bypasses")
 
 _lock = threading.Lock()
 _stats: dict[str, Any] = {}
@@ -25,6 +27,7 @@ _stats: dict[str, Any] = {}
 def _fresh() -> dict[str, Any]:
     d: dict[str, Any] = {name: 0 for name in _COUNTERS}
     d["bypasses"] = {}
+    d["dynamo_bypasses"] = {}
     d["compile_seconds_saved"] = 0.0
     d["compile_seconds"] = 0.0
     return d
@@ -46,19 +49,20 @@ def stats() -> dict[str, Any]:
     with _lock:
         snap = dict(_stats)
         snap["bypasses"] = dict(_stats["bypasses"])
+        snap["dynamo_bypasses"] = dict(_stats["dynamo_bypasses"])
         snap["bypassed"] = sum(snap["bypasses"].values())
     return snap
 
 
 def count(event: str, n: float = 1, *, reason: str | None = None, root: Path | None = None) -> None:
     with _lock:
-        if event == "bypasses":
-            _stats["bypasses"][reason or "unknown"] = _stats["bypasses"].get(reason or "unknown", 0) + 1
+        if event in _BY_REASON:
+            _stats[event][reason or "unknown"] = _stats[event].get(reason or "unknown", 0) + 1
         else:
             _stats[event] = _stats.get(event, 0) + n
     log.debug("cache %s%s", event, f" ({reason})" if reason else "")
     if root is not None:
-        persist(root, {event if event != "bypasses" else f"bypass:{reason}": n})
+        persist(root, {event if event not in _BY_REASON else f"{event[:-2]}:{reason}": n})
 
 
 def persist(root: Path, deltas: dict[str, float]) -> None:
@@ -86,9 +90,14 @@ def persist(root: Path, deltas: dict[str, float]) -> None:
 
 
 def read_persisted(root: Path) -> dict[str, dict[str, float]]:
-    """``{package_version: {counter: value}}``; an unreadable file reads as empty."""
+    """``{package_version: {counter: value}}``; an unreadable file, or parts of the wrong shape, read
+    as empty (counters are best effort, they must never fail a compile)."""
     try:
         data = json.loads((Path(root) / STATS_FILE).read_text())
-        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(v): {str(k): n for k, n in c.items()
+                     if isinstance(n, (int, float)) and not isinstance(n, bool) and n == n}
+            for v, c in data.items() if isinstance(c, dict)}

@@ -6,17 +6,14 @@ only read manifests, records and bytes.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tarfile
-import tempfile
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from .schema import SCHEMA_VERSION, flatten, package_fingerprint
-from .store import HITS, MANIFEST, META, RECORD, CorruptEntry, EntryInfo, Store
+from .store import META, RECORD, CorruptEntry, EntryInfo, Store
 
 
 def entry_row(e: EntryInfo) -> dict[str, Any]:
@@ -95,8 +92,7 @@ def plan_prune(store: Store, max_size: int | None = None, older_than: float | No
                 plan.reasons[e.key] = f"built by neuron_inductor {(pkg or {}).get('version', '?')} " \
                                       "(other sources)"
     if old_versions:
-        plan.other_dirs = [p for p in sorted(store.root.glob("v*"))
-                           if p.is_dir() and p.name != f"v{SCHEMA_VERSION}"]
+        plan.other_dirs = [p for p in store.version_dirs() if p.name != f"v{SCHEMA_VERSION}"]
     if max_size is not None:
         left = sum(e.size for e in infos if e.key not in plan.reasons)
         for e in sorted(infos, key=lambda e: e.last_used):
@@ -110,20 +106,31 @@ def plan_prune(store: Store, max_size: int | None = None, older_than: float | No
 
 
 def apply_prune(store: Store, plan: PrunePlan) -> None:
+    """Delete what ``plan`` lists; refuses (:class:`NotACacheError`) a root without the marker."""
+    store.require_marker()
     for e in plan.remove:
         store.remove(e.path)
     for p in plan.other_dirs:
-        shutil.rmtree(p, ignore_errors=True)
+        store.remove_dir(p)
     store.sweep_temps()
+
+
+def plan_clear(store: Store) -> tuple[list[EntryInfo], list[Path]]:
+    """What ``clear`` removes: every entry of every schema, and the quarantine dir if present."""
+    extra = [store.root / "quarantine"] if (store.root / "quarantine").is_dir() and \
+        not (store.root / "quarantine").is_symlink() else []
+    return list(store.entries(all_versions=True)), extra
 
 
 def clear(store: Store) -> tuple[int, int]:
     """Remove every entry, temp dir and quarantined entry; lock and stats files stay (see store.py)."""
-    infos = list(store.entries(all_versions=True))
+    store.require_marker()
+    infos, extra = plan_clear(store)
     n, size = len(infos), sum(e.size for e in infos)
     for e in infos:
         store.remove(e.path)
-    shutil.rmtree(store.root / "quarantine", ignore_errors=True)
+    for p in extra:
+        store.remove_dir(p)
     store.sweep_temps(max_age=0)
     return n, size
 
@@ -182,71 +189,6 @@ def flatten_record_for_show(record: dict) -> list[tuple[str, str]]:
     return out
 
 
-# -- export / import --------------------------------------------------------------------------------
-def export(store: Store, dest: Path, keys: Iterable[str] | None = None) -> dict[str, list]:
-    """Write verified entries to a ``.tar.gz`` (usage files left out: hit counts are per machine)."""
-    wanted = set(keys) if keys is not None else None
-    done, skipped = [], []
-    dest = Path(dest)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for e in store.entries():
-            if wanted is not None and e.key not in wanted:
-                continue
-            try:
-                manifest = store.verify(e.path)
-            except CorruptEntry as exc:
-                skipped.append({"key": e.key, "problem": str(exc)})
-                continue
-            arc = e.path.relative_to(store.root).as_posix()
-            for name in [*manifest["files"], MANIFEST]:
-                tar.add(e.path / name, arcname=f"{arc}/{name}", recursive=False)
-            done.append(e.key)
-    os.replace(tmp, dest)
-    return {"exported": done, "skipped": skipped}
-
-
-def import_(store: Store, src: Path) -> dict[str, list]:
-    """Unpack into a private temp dir, verify every entry, then publish each with one rename."""
-    imported, present, bad = [], [], []
-    staging = Path(tempfile.mkdtemp(prefix=".import-", dir=store.root))
-    try:
-        with tarfile.open(src, "r:*") as tar:
-            tar.extractall(staging, filter="data")
-        for manifest_path in sorted(staging.glob(f"v{SCHEMA_VERSION}/*/*/{MANIFEST}")):
-            entry = manifest_path.parent
-            key = entry.name
-            try:
-                manifest = json.loads(manifest_path.read_text())
-                if manifest.get("key") != key or entry.parent.name != key[:2]:
-                    raise CorruptEntry(f"{key}: manifest key does not match its directory")
-                extra = {p.name for p in entry.iterdir()} - set(manifest["files"]) - {MANIFEST, HITS}
-                if extra:
-                    raise CorruptEntry(f"{key}: files not in the manifest: {sorted(extra)}")
-                store.verify(entry)
-            except (CorruptEntry, ValueError, OSError) as exc:
-                bad.append({"key": key, "problem": str(exc)})
-                continue
-            if store.entry_dir(key).exists():
-                present.append(key)
-                continue
-            store.ensure_parent(key)
-            os.chmod(entry, 0o700)
-            for f in entry.iterdir():
-                os.chmod(f, 0o600)
-            try:
-                os.rename(entry, store.entry_dir(key))
-                imported.append(key)
-            except OSError:
-                present.append(key)
-        others = [p for p in staging.rglob(MANIFEST) if p.parent.parent.parent.name != f"v{SCHEMA_VERSION}"]
-        for p in others:
-            bad.append({"key": p.parent.name, "problem": "written by another cache schema version"})
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return {"imported": imported, "already_present": present, "bad": bad}
-
-
 # -- formatting helpers shared by the CLI -----------------------------------------------------------
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,
           "mib": 1024**2, "g": 1024**3, "gb": 1000**3, "gib": 1024**3, "t": 1024**4, "tb": 1000**4,
@@ -259,9 +201,17 @@ def parse_size(text: str) -> int:
     t = text.strip().lower()
     num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = t[len(num):]
+    bad = ValueError(f"bad size {text!r}: a non-negative number with an optional unit "
+                     "(examples: 500M, 10G, 1.5GiB, 4096)")
     if not num or unit not in _UNITS:
-        raise ValueError(f"bad size {text!r} (examples: 500M, 10G, 1.5GiB, 4096)")
-    return int(float(num) * _UNITS[unit])
+        raise bad
+    try:
+        value = float(num) * _UNITS[unit]
+    except ValueError:
+        raise bad from None
+    if not math.isfinite(value) or value < 0 or value >= 2**63:
+        raise bad
+    return int(value)
 
 
 def parse_age(text: str) -> float:
@@ -269,10 +219,15 @@ def parse_age(text: str) -> float:
     t = text.strip().lower()
     unit = t[-1] if t and t[-1] in _AGES else "d"
     num = t[:-1] if t and t[-1] in _AGES else t
+    bad = ValueError(f"bad age {text!r}: a non-negative number with an optional unit "
+                     "(examples: 90s, 30m, 12h, 7d, 2w)")
     try:
-        return float(num) * _AGES[unit]
+        value = float(num) * _AGES[unit]
     except ValueError:
-        raise ValueError(f"bad age {text!r} (examples: 90s, 30m, 12h, 7d, 2w)") from None
+        raise bad from None
+    if not math.isfinite(value) or value < 0:
+        raise bad
+    return value
 
 
 def human_size(n: float) -> str:
@@ -292,9 +247,9 @@ def human_age(seconds: float) -> str:
 
 
 def _du(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return sum(f.lstat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 __all__ = ["entry_row", "matches", "verify_all", "plan_prune", "apply_prune", "clear", "diff_records",
-           "nearest", "summarise_graph_diff", "flatten_record_for_show", "export", "import_", "parse_size", "parse_age", "human_size", "human_age",
-           "shape_text"]
+           "nearest", "summarise_graph_diff", "flatten_record_for_show", "parse_size", "parse_age",
+           "human_size", "human_age", "shape_text", "plan_clear"]

@@ -6,11 +6,17 @@ Layout::
     <root>/v<schema>/<key[:2]>/<key>.lock     per-key single-flight lock
     <root>/v<schema>/<key[:2]>/.tmp-*         entries being written (swept when stale)
     <root>/quarantine/                         entries that failed verification, kept for inspection
+    <root>/.import-*                           archives being imported (swept when stale)
+    <root>/CACHEDIR.TAG                        the marker without which nothing is ever deleted
 
 ``manifest.json`` is written last, inside the temp dir, before the rename; an entry without a
 manifest, or whose files do not match its checksums, is never executed. ``hits`` is outside the
 manifest: it grows by one byte per hit (an O_APPEND write is atomic across processes) and its mtime is
 the last-hit time that LRU eviction sorts by.
+
+Deletion never leaves the cache: destructive commands need the marker file (the ``CACHEDIR.TAG``
+convention of ccache and backup tools), and only names of our own shape (``v<N>``, two hex digits,
+a 64-hex key) that are real directories, not symlinks, are ever listed or removed.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import stat
@@ -27,16 +34,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .schema import SCHEMA_VERSION
+from . import validate
+from .schema import SCHEMA_VERSION, key_of
+from .validate import HEX2, HEX64, HITS, MANIFEST, META, PLAN, RECORD, VERSION_DIR, SchemaError
 
 log = logging.getLogger("neuron_inductor.cache")
 
-MANIFEST = "manifest.json"
-RECORD = "record.json"
-META = "meta.json"
-HITS = "hits"
 TMP_PREFIX = ".tmp-"
+IMPORT_PREFIX = ".import-"
 STALE_TMP_SECONDS = 3600
+MARKER = "CACHEDIR.TAG"
+MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+               "# This file is a cache directory tag created by neuron_inductor.\n"
+               "# Its compile cache commands delete nothing in a directory without it.\n")
+#: what a cache root may hold; a directory holding only these is adopted (the marker is written)
+_ROOT_NAMES = re.compile(r"^(v[0-9]+|quarantine|stats\.json(\.lock)?|\.stats\.json\.[0-9]+\.tmp|"
+                         r"CACHEDIR\.TAG|\.import-.*)$")
 
 
 class CacheSecurityError(RuntimeError):
@@ -45,6 +58,10 @@ class CacheSecurityError(RuntimeError):
 
 class CorruptEntry(Exception):
     """An entry failed verification (missing manifest, checksum mismatch, unreadable file)."""
+
+
+class NotACacheError(CacheSecurityError):
+    """A destructive command was pointed at a directory that is not a compile cache."""
 
 
 def default_root(cfg: Any = None) -> Path:
@@ -90,6 +107,31 @@ def _mkdir_private(path: Path) -> None:
         pass
 
 
+def _adopt(root: Path) -> None:
+    """Write the marker into a root that holds nothing but cache files (a new or older cache)."""
+    marker = root / MARKER
+    if marker.is_file() and not marker.is_symlink():
+        return
+    try:
+        if all(_ROOT_NAMES.match(p.name) for p in root.iterdir()):
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(MARKER_TEXT)
+    except OSError as e:  # read-only cache: still readable; destructive commands will refuse
+        log.debug("could not write %s in %s: %s", MARKER, root, e)
+
+
+def is_marked(root: Path) -> bool:
+    """Whether ``root`` carries our marker file (a regular file with the CACHEDIR.TAG signature)."""
+    try:
+        st = os.lstat(root / MARKER)
+        with open(root / MARKER, encoding="utf-8", errors="replace") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and head.startswith(MARKER_TEXT.splitlines()[0])
+
+
 @dataclass
 class EntryInfo:
     """What ``list``/``prune``/``explain`` need about one entry, read without executing anything."""
@@ -103,8 +145,10 @@ class EntryInfo:
     hits: int
 
     def read_json(self, name: str) -> dict:
+        """The file checked against its schema; ``{}`` when missing or of the wrong shape."""
+        check = {META: validate.meta, RECORD: validate.record, PLAN: validate.plan}.get(name, validate.meta)
         try:
-            return json.loads((self.path / name).read_text())
+            return check(json.loads((self.path / name).read_text()))
         except (OSError, ValueError):
             return {}
 
@@ -119,6 +163,15 @@ class Store:
             os.chmod(self.root, 0o700)
         check_secure(self.root)
         self.vdir = self.root / f"v{SCHEMA_VERSION}"
+        _adopt(self.root)
+
+    def require_marker(self) -> None:
+        """Raise :class:`NotACacheError` unless the root carries our marker file."""
+        if not is_marked(self.root):
+            raise NotACacheError(
+                f"{self.root} is not a neuron_inductor compile cache (no {MARKER} marker file with the "
+                "cache signature), so nothing was deleted. Check --cache-dir and "
+                "NEURON_INDUCTOR_CACHE_DIR; a cache made by neuron_inductor always carries the marker.")
 
     # -- paths --------------------------------------------------------------------------------------
     def entry_dir(self, key: str) -> Path:
@@ -142,27 +195,43 @@ class Store:
     def verify(self, entry: Path) -> dict:
         """The manifest if every listed file matches its checksum, else :class:`CorruptEntry`."""
         try:
-            manifest = json.loads((entry / MANIFEST).read_text())
+            manifest = validate.manifest(json.loads((entry / MANIFEST).read_text()))
         except FileNotFoundError as e:
             raise CorruptEntry(f"{entry}: no manifest (incomplete write)") from e
+        except SchemaError as e:
+            raise CorruptEntry(f"{entry}: malformed manifest: {e}") from e
         except (OSError, ValueError) as e:
             raise CorruptEntry(f"{entry}: unreadable manifest: {e}") from e
-        files = manifest.get("files")
-        if not isinstance(files, dict) or not files:
-            raise CorruptEntry(f"{entry}: manifest lists no files")
+        files = manifest["files"]
         for name, info in files.items():
             try:
                 digest = sha256_file(entry / name)
             except OSError as e:
                 raise CorruptEntry(f"{entry}: {name} unreadable: {e}") from e
-            if digest != info.get("sha256"):
+            if digest != info["sha256"]:
                 raise CorruptEntry(f"{entry}: checksum mismatch in {name}")
+        check = {RECORD: validate.record, META: validate.meta, PLAN: validate.plan}
+        for name, fn in check.items():
+            if name not in files:
+                continue
+            try:
+                obj = fn(json.loads((entry / name).read_text()))
+            except (OSError, ValueError) as e:
+                raise CorruptEntry(f"{entry}: malformed {name}: {e}") from e
+            if name == RECORD and key_of(obj) != manifest["key"]:
+                raise CorruptEntry(f"{entry}: {RECORD} does not hash to the entry's key")
+        if RECORD not in files:
+            raise CorruptEntry(f"{entry}: the manifest lists no {RECORD}")
+        if manifest["key"] != entry.name:
+            raise CorruptEntry(f"{entry}: the manifest is for key {manifest['key'][:12]}")
         return manifest
 
     def lookup(self, key: str) -> tuple[Path, dict] | None:
         """A verified entry, or None. Corrupt entries are quarantined and raise :class:`CorruptEntry`."""
         entry = self.entry_dir(key)
-        if not entry.is_dir():
+        if not _real_dir(entry):
+            if entry.is_symlink():
+                raise CorruptEntry(f"{entry} is a symlink, not an entry")
             return None
         self.check_entry_secure(key)
         try:
@@ -195,19 +264,18 @@ class Store:
             return None
 
     # -- write --------------------------------------------------------------------------------------
-    def write(self, key: str, record: dict, sources: dict[str, str | bytes], meta: dict) -> Path:
+    def write(self, key: str, record: dict, sources: dict[str, str | bytes], meta: dict,
+              extra_manifest: dict | None = None) -> Path:
         """Build the entry in a temp dir beside it and publish it with one rename.
 
         ``sources`` are the generated files (text) and their compiled code (bytes); the manifest
         checksums every one of them.
         """
         for name in sources:
-            if not name or "/" in name or "\\" in name or name.startswith(".") or \
-                    name in (MANIFEST, RECORD, META, HITS):
-                raise ValueError(f"artifact source name {name!r} is not a plain file name")
+            if not validate.is_entry_file(name) or name in (MANIFEST, RECORD, META):
+                raise ValueError(f"artifact file name {name!r} is not one an entry may hold")
         parent = self.ensure_parent(key)
-        host = socket.gethostname().replace("-", "_")[:32]
-        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key[:16]}-{host}-{os.getpid()}-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key[:16]}-{host_tag()}-{os.getpid()}-", dir=parent))
         try:
             files: dict[str, dict] = {}
             payload = dict(sources)
@@ -219,7 +287,7 @@ class Store:
                 files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
             manifest = {"schema": SCHEMA_VERSION, "key": key, "created": time.time(),
                         "package_version": record.get("package", {}).get("version"), "files": files,
-                        "bytes": sum(f["size"] for f in files.values())}
+                        "bytes": sum(f["size"] for f in files.values()), **(extra_manifest or {})}
             _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode(),
                         sync=True)
             entry = self.entry_dir(key)
@@ -237,51 +305,57 @@ class Store:
 
     # -- housekeeping -------------------------------------------------------------------------------
     def sweep_temps(self, max_age: float = STALE_TMP_SECONDS) -> int:
-        """Remove temp dirs left by crashed writers: older than ``max_age`` or whose pid is dead."""
+        """Remove temp dirs left by crashed writers and killed imports: older than ``max_age`` or
+        whose process (on this host) is gone."""
         removed = 0
-        if not self.vdir.is_dir():
-            return 0
-        me = socket.gethostname().replace("-", "_")[:32]
+        me = host_tag()
         now = time.time()
-        for shard in _listdir(self.vdir):
-            for name in _listdir(shard):
-                if not name.name.startswith(TMP_PREFIX):
+        places = [(self.root, IMPORT_PREFIX)]
+        for vdir in self.version_dirs():
+            places += [(shard, TMP_PREFIX) for shard in _shards(vdir)]
+        for parent, prefix in places:
+            for name in _listdir(parent):
+                if not name.name.startswith(prefix) or not _real_dir(name):
                     continue
-                parts = name.name[len(TMP_PREFIX):].split("-")
+                parts = name.name[len(prefix):].split("-")
                 dead = parts[0] == "rm"  # a removal interrupted half way
+                if prefix == IMPORT_PREFIX:
+                    parts = ["", *parts]
                 if len(parts) >= 3 and parts[1] == me and parts[2].isdigit():
-                    dead = not _pid_alive(int(parts[2]))
+                    dead = dead or not _pid_alive(int(parts[2]))
                 try:
-                    old = now - name.stat().st_mtime > max_age
+                    old = now - name.lstat().st_mtime > max_age
                 except OSError:
                     continue
                 if dead or old:
-                    _remove_tree(name, shard)
+                    _remove_tree(name, parent)
                     removed += 1
         return removed
 
+    def version_dirs(self, all_versions: bool = True) -> list[Path]:
+        """``v<N>`` directories (never symlinks, never look-alikes such as ``venv``)."""
+        if not all_versions:
+            return [self.vdir] if _real_dir(self.vdir) else []
+        return sorted(p for p in _listdir(self.root) if VERSION_DIR.match(p.name) and _real_dir(p))
+
     def entries(self, all_versions: bool = False) -> Iterator[EntryInfo]:
         """Every published entry (corrupt ones too: manifest None), without verifying checksums."""
-        vdirs = sorted(self.root.glob("v*")) if all_versions else [self.vdir]
-        for vdir in vdirs:
-            if not vdir.is_dir():
-                continue
-            for shard in sorted(_listdir(vdir)):
+        for vdir in self.version_dirs(all_versions):
+            for shard in _shards(vdir):
                 for entry in sorted(_listdir(shard)):
-                    if entry.name.startswith(".") or not entry.is_dir():
-                        continue
-                    yield self.info(entry)
+                    if HEX64.match(entry.name) and entry.name[:2] == shard.name and _real_dir(entry):
+                        yield self.info(entry)
 
     def info(self, entry: Path) -> EntryInfo:
         try:
-            manifest = json.loads((entry / MANIFEST).read_text())
+            manifest: dict | None = validate.manifest(json.loads((entry / MANIFEST).read_text()))
         except (OSError, ValueError):
             manifest = None
         size = 0
         newest = 0.0
         for f in _listdir(entry):
             try:
-                st = f.stat()
+                st = f.lstat()
             except OSError:
                 continue
             size += st.st_size
@@ -296,11 +370,25 @@ class Store:
                          last_used=max(last, created), hits=hits)
 
     def remove(self, entry: Path) -> None:
-        """Delete atomically from a reader's view: rename away first, then delete."""
-        _remove_tree(entry, entry.parent)
+        """Delete atomically from a reader's view: rename away first, then delete.
 
-    def total_bytes(self) -> int:
-        return sum(e.size for e in self.entries())
+        Only a real directory named like an entry, inside a shard of this root, is ever removed.
+        """
+        entry = Path(entry)
+        shard, vdir = entry.parent, entry.parent.parent
+        if not (HEX64.match(entry.name) and HEX2.match(shard.name) and VERSION_DIR.match(vdir.name)
+                and os.path.samefile(vdir.parent, self.root) and _real_dir(entry)
+                and _real_dir(shard) and _real_dir(vdir)):
+            raise NotACacheError(f"refusing to delete {entry}: not a cache entry of {self.root}")
+        _remove_tree(entry, shard)
+
+    def remove_dir(self, path: Path) -> None:
+        """Delete a whole ``v<N>`` dir (another schema's entries) or the quarantine dir of this root."""
+        path = Path(path)
+        if not ((VERSION_DIR.match(path.name) or path.name == "quarantine") and path.parent == self.root
+                and _real_dir(path)):
+            raise NotACacheError(f"refusing to delete {path}: not a schema or quarantine dir of {self.root}")
+        _remove_tree(path, self.root)
 
     def evict(self, max_bytes: int, keep: str | None = None) -> list[str]:
         """Drop least-recently-used entries until the cache fits in ``max_bytes``."""
@@ -331,6 +419,23 @@ def _write_file(path: Path, data: bytes, sync: bool = False) -> None:
             os.fsync(f.fileno())
 
 
+def _shards(vdir: Path) -> list[Path]:
+    return sorted(p for p in _listdir(vdir) if HEX2.match(p.name) and _real_dir(p))
+
+
+def host_tag() -> str:
+    """This host in temp dir names: a sweep judges by pid only the dirs of its own host."""
+    return socket.gethostname().replace("-", "_")[:32]
+
+
+def _real_dir(p: Path) -> bool:
+    """A directory that is not a symlink (``Path.is_dir`` follows links)."""
+    try:
+        return stat.S_ISDIR(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
 def _listdir(p: Path) -> list[Path]:
     try:
         return list(p.iterdir())
@@ -349,9 +454,15 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _remove_tree(path: Path, parent: Path) -> None:
+    """Rename ``path`` into a fresh temp dir of ``parent``, then delete that: a symlink is removed as
+    a link (``rmtree`` never follows one), never the directory it points to."""
+    prefix = IMPORT_PREFIX + "rm-" if path.name.startswith(IMPORT_PREFIX) else TMP_PREFIX + "rm-"
     try:
-        doomed = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}rm-", dir=parent))
+        doomed = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         os.rename(path, doomed / "x")
         shutil.rmtree(doomed, ignore_errors=True)
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_symlink():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)

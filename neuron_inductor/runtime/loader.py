@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -69,15 +71,56 @@ def bytecode_files(sources: dict[str, str]) -> dict[str, bytes]:
 
 def load_sources(sources: dict[str, str]) -> CompiledModule:
     """Write ``{"kernels.py": ..., "wrapper.py": ...}`` (``.py`` optional) to a fresh private temp dir
-    (mode 0700, from ``mkdtemp``) and load it."""
+    (mode 0700, from ``mkdtemp``) and load it.
+
+    The dir lives as long as the module (tracebacks can open its files) and is removed when the
+    module is collected or the process exits; dirs of processes that died without exiting are
+    swept by the next process that loads sources this way."""
     files = {}
     for name, text in sources.items():
         fname = name if name.endswith(".py") else f"{name}.py"
         if not _FILE_NAME.match(fname):
             raise ValueError(f"bad generated file name {name!r}")
         files[fname] = text
-    path = tempfile.mkdtemp(prefix="neuron_inductor_")
-    for fname, text in files.items():
-        with open(os.path.join(path, fname), "w", encoding="utf-8") as f:
-            f.write(text)
-    return load_dir(path)
+    _sweep_dead_temp_dirs()
+    path = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}_")
+    try:
+        for fname, text in files.items():
+            with open(os.path.join(path, fname), "w", encoding="utf-8") as f:
+                f.write(text)
+        module = load_dir(path)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    weakref.finalize(module, shutil.rmtree, path, True)
+    return module
+
+
+_TMP_PREFIX = "neuron_inductor_"
+_swept = [False]
+
+
+def _sweep_dead_temp_dirs() -> None:
+    """Remove ``neuron_inductor_<pid>_*`` temp dirs whose process is gone (killed runs)."""
+    if _swept[0]:
+        return
+    _swept[0] = True
+    tmp = tempfile.gettempdir()
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_TMP_PREFIX):].split("_")[0]
+        if not (name.startswith(_TMP_PREFIX) and pid.isdigit()) or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or reused: then the dir is left for its exit to remove)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        path = os.path.join(tmp, name)
+        if os.path.isdir(path) and not os.path.islink(path) and os.stat(path).st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)

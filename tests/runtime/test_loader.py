@@ -131,3 +131,26 @@ def test_bytecode_files_skips_what_does_not_compile():
     out = bytecode_files({"kernels.py": "def broken(:\n", "wrapper.py": WRAPPER, "notes.txt": "x"})
     from neuron_inductor.runtime.host import BYTECODE_SUFFIX
     assert list(out) == ["wrapper" + BYTECODE_SUFFIX]
+
+
+def test_uncached_loads_remove_their_temp_dirs():
+    """Every uncached load (cache=False, a bypass) used to leave a /tmp/neuron_inductor_* dir."""
+    import gc
+
+    m = load_sources({"kernels": KERNELS.format(scale=2), "wrapper": WRAPPER})
+    path = m.path
+    assert os.path.isdir(path)
+    del m
+    gc.collect()
+    assert not os.path.exists(path)
+
+
+def test_temp_dirs_of_dead_processes_are_swept(monkeypatch):
+    import tempfile
+
+    from neuron_inductor.runtime import loader
+
+    dead = tempfile.mkdtemp(prefix="neuron_inductor_999999999_")
+    monkeypatch.setattr(loader, "_swept", [False])
+    load_sources({"kernels": KERNELS.format(scale=2), "wrapper": WRAPPER})
+    assert not os.path.exists(dead)
