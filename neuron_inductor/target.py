@@ -48,6 +48,10 @@ class Target:
     #: VectorE perf mode for SBUF-contiguous bf16/fp16 tensor_copy / tensor_scalar (nki.md §5.2,
     #: trn2 "512 elems/cycle for BF16/FP16 ... 4x"); trn2 tensor_tensor bf16 "2x" equals the 256 above
     vector_bf16_perf_elems_per_cycle: int = 128
+    #: ``nisa.tensor_copy`` may run on the Scalar engine ("On NeuronCore v2, tensor_copy is not
+    #: supported on the Scalar Engine. Instead, use nisa.activation with op=nl.copy": aws-neuron-sdk
+    #: nki/api/nki/isa/__init__.py, tensor_copy docstring)
+    scalar_tensor_copy: bool = True
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -77,6 +81,7 @@ TRN1 = Target(
     dma_engine_bytes_per_s=17e9,
     dma_fixed_s=1.3e-6,
     peak_bf16_flops=91.75e12,
+    scalar_tensor_copy=False,
 )
 
 TRN2 = Target(

@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from ..ir import HBMAccess, TensorMeta, TileRegion
+from . import integers
 from .builder import KernelBuilder, TVal, ceil_div
 from .fused_group import (FusedGroup, Source, _contig, _restore, _snapshot, _split_rows, col_pair,  # noqa: F401
                           last_axis, reduce_dims, sbuf_peak)
@@ -65,7 +66,7 @@ class _Ctx:
         offset = int(start) + int(step) * lw.offset_expr(st)
         cm = int(step) * st[lw.P] if lw.P is not None else 0
         self.kb.instr("gpsimd", "iota", dst, {}, pattern=pat, offset=offset, channel_multiplier=cm)
-        return TVal(kind, dst)
+        return TVal(kind, dst, bound=abs(int(start)) + abs(int(step)) * math.prod(self.lw.D0))
 
 
 class _FusedLowering:
@@ -312,6 +313,8 @@ class _FusedLowering:
             for (n, a), st in self.loads.items():
                 if n not in self.col_post and all(st[x] == 0 for x in loop_axes):
                     todo.setdefault(self._load_key(a, st), (a, st))
+        # int64 leaves keep both words: loaded in the loops
+        todo = {k: v for k, v in todo.items() if self.sources[v[0]].base_dtype != "int64"}
         floats = [k for k, (a, st) in todo.items()
                   if hw_dtype(self.sources[a].base_dtype) in FLOATS]
         if self.col_reds:
@@ -341,7 +344,7 @@ class _FusedLowering:
                 kb.dma(row.region(1, cols), acc)
                 if dt not in ones_rows:
                     ones_rows[dt] = kb.tile((1, PMAX), dt, prefix="ones_row")
-                    kb.instr("vector", "memset", ones_rows[dt].full(), {}, value=1.0)
+                    kb.memset(ones_rows[dt].full(), 1.0)
                 t = broadcast_partitions(kb, row.region(1, cols), cols, scratch, ones_rows[dt])
             self.hoisted[key] = TVal("full" if full else "row", t.full())
 
@@ -351,9 +354,13 @@ class _FusedLowering:
 
     def _col_add(self, n: fx.Node, loads) -> None:
         x = self._arg(n, n.args[0], loads)
+        if not n.args[0].meta["val"].dtype.is_floating_point:
+            self._check_int_reduction(n, x, "add")
         if x.kind != "full":
             x = copy(self.ctx, x, "float32", "full")
-        self.colsums.add(n, x.region, self.rows)
+        later = sympy.Gt(sympy.Add(self.ip, *self.loop_vars.values()), 0)  # loop vars are >= 0
+        self.colsums.add(n, x.region, self.rows, later if later not in (sympy.true, sympy.false)
+                         else bool(later))
 
     def _finish_columns(self, Fsize: int) -> None:
         """After the row loops: the column sums, then the column-vector values computed from them."""
@@ -425,7 +432,7 @@ class _FusedLowering:
             t = self.kb.tile((PMAX, 1), tile_dtype(r.meta["val"]) if op != "add" else "float32",
                              prefix="acc")
             reg = t.region(PMAX, 1)
-            self.kb.instr("vector", "memset", reg, {}, value=init)
+            self.kb.memset(reg, init)
             accs[r] = TVal("row", reg)
         return accs
 
@@ -580,6 +587,8 @@ class _FusedLowering:
     def _reduce(self, n: fx.Node, accs, loads) -> TVal:
         x = self._arg(n, n.args[0], loads)
         op = REDUCTIONS[n.target][0]
+        if not n.args[0].meta["val"].dtype.is_floating_point:
+            self._check_int_reduction(n, x, op)
         if x.kind != "full":
             x = copy(self.ctx, x, "float32", "full")
         dt = "float32" if op == "add" else x.dtype
@@ -592,6 +601,17 @@ class _FusedLowering:
             self.kb.instr("vector", "tensor_tensor", accr, {"data1": accr, "data2": part}, op=op)
             return accs[n]
         return self._finish_reduction(n, TVal("row", part))
+
+    def _check_int_reduction(self, n: fx.Node, x: TVal, op: str) -> None:
+        """Reductions run in fp32: an integer one is lowered only when every partial result is an
+        exact fp32 integer (|x| * count < 2**24); otherwise the node is a declared fallback."""
+        b = integers.bound(x)
+        count = math.prod(self.D0[a] for a in reduce_dims(n)[0]) if op in ("add", "multiply") else 1
+        limit = b ** count if op == "multiply" and b is not None and count < 64 else \
+            (None if b is None or op == "multiply" and count >= 64 else b * count)
+        if limit is None or limit >= integers.EXACT:
+            raise LoweringError(f"{n.target}: integer reduction over values not proven below 2**24 "
+                                "(fp32 accumulation would round)")
 
     def _access(self, host: str, numel: int, dtype_name: str, offset0: int, st: list[int],
                 full: bool, kind: str = "input", word: int = 0) -> HBMAccess:
@@ -619,11 +639,16 @@ class _FusedLowering:
             return loads[key]
         src = self.sources[a]
         full = self.F is not None and st[self.F] != 0
-        acc = self._access(src.host, src.base_extent, src.base_dtype, src.meta.storage_offset, st, full)
         kind = "full" if full else "row"
-        dst = self.ctx.new(kind, acc.tensor.dtype)
-        self.kb.dma(dst, acc)
-        loads[key] = TVal(kind, dst)
+        words = []
+        for w in ([0, 1] if src.base_dtype == "int64" else [0]):  # int64: both words
+            acc = self._access(src.host, src.base_extent, src.base_dtype, src.meta.storage_offset, st,
+                               full, word=w)
+            dst = self.ctx.new(kind, acc.tensor.dtype)
+            self.kb.dma(dst, acc)
+            words.append(dst)
+        loads[key] = TVal(kind, words[0], hi=words[1] if len(words) > 1 else None,
+                          bound=1 if src.meta.dtype == "bool" else None)
         return loads[key]
 
     def _store(self, n: fx.Node, v: TVal) -> None:
@@ -640,9 +665,9 @@ class _FusedLowering:
         words = [0, 1] if meta.dtype == "int64" else [0]
         for w in words:
             src = v.region
-            if w == 1:  # high word of an int64: the sign
-                neg = scalar_op(self.ctx, v, "less", 0, "int32")
-                src = scalar_op(self.ctx, neg, "multiply", -1, "int32").region
+            if w == 1:  # high word of an int64: its own, or the sign of the low word
+                src = v.hi if v.hi is not None else \
+                    scalar_op(self.ctx, v, "less", 0, "int32", "multiply", -1).region
             acc = self._access(out, 0, meta.dtype, 0, st, full, "output", w)
             self.kb.dma(acc, src)
 

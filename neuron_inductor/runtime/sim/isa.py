@@ -18,7 +18,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .errors import refuse
-from .numerics import REDUCERS, Op, as_op
+from .numerics import REDUCERS, UNARY_ALU, Op, as_op
 from .state import KernelContext, require_kernel
 from .tensor import AccessPattern, Tensor
 
@@ -298,7 +298,15 @@ def tensor_tensor(ctx: KernelContext, *, dst: Any, data1: Any, data2: Any, op: A
     _same_free(api, a, b)
     _same_free(api, d, a)
     ints = a.dtype in dt.INTS, b.dtype in dt.INTS
-    _write(d, _apply(o, _rows(a), _rows(b), ints[0], ints[1], api, a, b))
+    if eng == "gpsimd" and o.name in ("add", "subtract", "multiply") \
+            and all(t.dtype in (dt.int32, dt.uint32) for t in (d, a, b)):
+        # GpSimd on all-int32/uint32 tiles: native integer arithmetic, wrapping modulo 2**32
+        fn = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply}[o.name]
+        r = fn(_rows(a).astype(np.int64), _rows(b).astype(np.int64)) & 0xFFFFFFFF
+        d.array[...] = r.astype(np.uint32).view(np.int32 if d.dtype == dt.int32 else np.uint32) \
+            .reshape(d.shape)
+    else:
+        _write(d, _apply(o, _rows(a), _rows(b), ints[0], ints[1], api, a, b))
     ctx.count(eng, "tensor_tensor", a.partitions, a.free_size, operands=(d, a, b))
 
 
@@ -330,11 +338,17 @@ def tensor_scalar(ctx: KernelContext, *, dst: Any, data: Any, op0: Any, operand0
     steps = [(op0, operand0, reverse0, "operand0")]
     if op1 is not None:
         steps.append((op1, operand1, reverse1, "operand1"))
-    ops = [_as_op(o, api, kinds) for o, _, _, _ in steps]
+    ops = [_as_op(o, api, kinds + ("act",)) for o, _, _, _ in steps]
+    for o in ops:
+        if o.kind == "act" and o.name not in UNARY_ALU:
+            raise refuse("unsupported-op", f"{api}: {o!r} is not an ALU operator")
     if len(ops) == 2 and (ops[0].kind == "bitvec") != (ops[1].kind == "bitvec"):
         raise refuse("unsupported-op", f"{api}: op0 and op1 must both be bitwise or both "
                      "arithmetic", x)
     for o, (_, operand, rev, role) in zip(ops, steps):
+        if o.kind == "act":  # unary ALU op: the operand is ignored
+            v, v_int = o.fn(dt.to_f32(np.asarray(v))), False
+            continue
         c, c_int = _scalar_operand(operand, role, api, x.partitions)
         v = _apply(o, c, v, c_int, v_int, api, x) if rev else _apply(o, v, c, v_int, c_int, api, x)
         v_int = o.kind == "bitvec"

@@ -124,8 +124,14 @@ for _name, _fn in {"logical_and": np.logical_and, "logical_or": np.logical_or,
                    "logical_xor": np.logical_xor}.items():
     BINARY[_name] = Op(_name, "logical", _logical(_fn))
 for _name, _fn in {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-                   "bitwise_xor": np.bitwise_xor}.items():
+                   "bitwise_xor": np.bitwise_xor,
+                   # shifts of 32-bit patterns; right_shift is logical (arithmetic is unsupported)
+                   "left_shift": lambda a, b: (a << b) & 0xFFFFFFFF,
+                   "right_shift": lambda a, b: (a & 0xFFFFFFFF) >> b}.items():
     BINARY[_name] = Op(_name, "bitvec", _fn)
+
+#: unary ALU operators (``tbl-aluop`` "Arithmetic Unary"): ``tensor_scalar(op0=..., operand0=0.0)``
+UNARY_ALU = frozenset({"abs", "square", "relu", "rsqrt", "reciprocal"})
 
 #: ops that may be used as a reduction (``tensor_reduce`` / ``activation(reduce_op=)``)
 REDUCERS: dict[str, Callable] = {"add": np.add.reduce, "maximum": np.maximum.reduce,
