@@ -43,7 +43,7 @@ def is_int(v: TVal) -> bool:
 def bound(v: TVal) -> int | None:
     """A bound on ``|v|``; None when unknown beyond 32 bits (an int64 with its high words)."""
     if v.kind == "scalar":
-        return abs(int(v.scalar))
+        return abs(int(v.scalar)) if isinstance(v.scalar, (bool, int)) else None
     if v.hi is not None:
         return None
     if v.bound is not None:

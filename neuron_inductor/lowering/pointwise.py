@@ -288,8 +288,8 @@ def _abs(ctx, node, a):
 @register_pointwise(aten.sin.default, aten.cos.default)
 def _sin_cos(ctx, node, a):
     """ScalarE ``sin`` is valid on [-pi, pi] only and there is no ``cos`` activation: reduce
-    ``x + shift`` (shift pi/2 for cos) to r in [-pi, pi] with k = round((x + shift) / 2pi), then
-    ``sin(r)``. r = x - k*C1 - k*C2 + shift with 2pi = C1 + C2 (Cody-Waite): C1 has 13 significant
+    ``x + shift`` (shift pi/2 for cos) to r in [-pi, pi] with k = round((x + shift) / 2pi) (r is
+    folded once more where the fp32 quotient rounded k the wrong way), then ``sin(r)``. r = x - k*C1 - k*C2 + shift with 2pi = C1 + C2 (Cody-Waite): C1 has 13 significant
     bits, so k*C1 and x - k*C1 are exact in fp32 for |x| < 2**14, and the result is as accurate as
     fp32 sin/cos of the same input (the shift is added after the reduction, not before)."""
     shift = 0.0 if node.target is aten.sin.default else math.pi / 2
@@ -313,6 +313,11 @@ def _sin_cos(ctx, node, a):
              op0="multiply", op1="subtract")
     r2 = ctx.new(kind, "float32")
     kb.instr("vector", "tensor_tensor", r2, {"data1": r, "data2": kc2}, op="subtract")
+    # k may be off by one where (x + shift) / 2pi rounds across a half: fold |r| > pi back by 2pi
+    for cmp, limit, op in (("greater", _PI_F32, "subtract"), ("less", -_PI_F32, "add")):
+        kb.instr("vector", "tensor_scalar", kc1, {"data": r2, "operand0": limit,
+                                                "operand1": 2 * math.pi}, op0=cmp, op1="multiply")
+        kb.instr("vector", "tensor_tensor", r2, {"data1": r2, "data2": kc1}, op=op)
     kb.instr("vector", "tensor_scalar", r2, {"data": r2, "operand0": _PI_F32, "operand1": -_PI_F32},
              op0="minimum", op1="maximum")
     for tile in (t, k, kc1, r, kc2):
@@ -407,6 +412,9 @@ def _clamp_t(ctx, node, a, lo=None, hi=None):
         a = binary(ctx, "maximum", a, lo, dt, val.dtype)
     if hi is not None:
         a = binary(ctx, "minimum", a, hi, dt, val.dtype)
+    if lo is not None and hi is not None and a.kind != "scalar":
+        a.bound = integers.bound(lo) if integers.bound(hi) is None or integers.bound(lo) is None \
+            else max(integers.bound(lo), integers.bound(hi))
     return a
 
 

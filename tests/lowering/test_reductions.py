@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 from _ops import check_cases, randn
 
+from neuron_inductor import compile as nic
+
 # (dims, keepdim) over a 3-D input; None = all axes
 DIMS = [((-1,), False), ((0,), False), ((1,), True), ((0, 2), False), (None, False)]
 
@@ -67,9 +69,21 @@ def test_two_full_reductions_combined():
 
 
 def test_any_all_int_sum():
+    """Integer reductions accumulate in fp32: lowered when the values are proven small (bools,
+    clamped or narrow integers), so every partial sum is an exact fp32 integer."""
     x = randn((300, 130))
     i = torch.randint(-5, 5, (300, 130), dtype=torch.int32)
-    check_cases(lambda x, i: ((x > 2).any(-1), (x > -3).all(0), i.sum(-1), i.amax(0)), [(x, i)])
+    check_cases(lambda x, i: ((x > 2).any(-1), (x > -3).all(0), i.clamp(-9, 9).sum(-1),
+                              i.to(torch.int8).amax(0), (x > 0).sum(0)), [(x, i)])
+
+
+def test_int32_sum_of_unbounded_values_is_a_declared_fallback():
+    """int32.sum() promotes to int64 in torch; a sum of int32 values of unknown range would round in
+    fp32 (2**30 + 2**30 + 3 ...), so it runs eagerly, declared, with torch's exact answer."""
+    i = torch.tensor([[2**30, 2**30, 3, -7]] * 3, dtype=torch.int32)
+    nic.fallback_ops.clear()
+    check_cases(lambda i: (i.sum(-1), i.amax(0)), [(i,)], fallback="warn", _allow_fallback=True)
+    assert any("sum" in k for k in nic.fallback_ops), dict(nic.fallback_ops)
 
 
 NORM_SHAPES = [(1, 1), (300, 130), (2, 129, 600)]
