@@ -77,7 +77,10 @@ class _FusedLowering:
         self.kb = kb
         self.free_chunk = free_chunk
         self.members = set(group.nodes)
-        D = list(group.domain)
+        # reductions over an empty extent: every output holds the identity (computed once the
+        # empty axes have extent 1 and the values that would feed the reductions are skipped)
+        self.empty = 0 in group.domain
+        D = [max(int(s), 1) for s in group.domain]
         R = set(group.reduce_axes) if R0 is None else set(R0)
         C = set(getattr(group, "col_axes", ())) if C0 is None else set(C0)
         self.D0, self.R0, self.C0 = D, R, C
@@ -100,11 +103,36 @@ class _FusedLowering:
                                               for a in n.all_input_nodes):
                 self.post.add(n)
         self.seeded: set[fx.Node] = set()   # values provided by the caller (a matmul result)
-        self.post_nodes = self.post | set(self.reductions)
+        self.post_nodes = self.post | set(self.reductions) | self._reduced_space()
         self.hoisted: dict[tuple, TVal] = {}
         self.colsums: ColumnSums | None = None
 
     # --- alignment of shapes to the domain --------------------------------------------------
+    def _reduced_space(self) -> set[fx.Node]:
+        """Nodes not computed from a reduction whose values still live in its output space: shaped
+        like the reduced domain without kept dims and consumed (through same-space pointwise ops) by
+        a view that restores the kept dims (``where(std == 0, 0, g / std).unsqueeze(-1)`` in a std
+        backward) or by a value computed from the reduction (``where(y == 1, 1 - cos, 0)`` with
+        ``cos`` a row sum). Their shape alone would align to the domain's *trailing* axes."""
+        if not self.R0:
+            return set()
+        red, keep = self._reduced_shape(False), self._reduced_shape(True)
+        if red == keep:
+            return set()
+        space: set[fx.Node] = set()
+        for n in reversed(self.g.nodes):
+            if list(n.meta["val"].shape) != red:
+                continue
+            for u in n.users:
+                if u not in self.members:
+                    continue
+                ushape = list(u.meta["val"].shape)
+                if u in space or (u in self.post and ushape == red) \
+                        or (u.target in ORDER_PRESERVING_VIEWS and ushape == keep):
+                    space.add(n)
+                    break
+        return space
+
     def _reduced_shape(self, keep: bool) -> list[int]:
         return [1 if i in self.R0 else s for i, s in enumerate(self.D0)] if keep else \
             [s for i, s in enumerate(self.D0) if i not in self.R0]
@@ -138,7 +166,8 @@ class _FusedLowering:
         self.node_strides0: dict[fx.Node, list[int]] = {}
         for n in self.g.nodes:
             val = n.meta["val"]
-            st = self.to_domain(n, val.shape, _contig(val.shape))
+            shape = [max(int(x), 1) for x in val.shape] if self.empty else val.shape
+            st = self.to_domain(n, shape, _contig(shape))
             if st is None:
                 raise LoweringError(f"{n.name} {list(val.shape)} does not fit domain {self.D0}")
             if n.target is EXPAND and n.args[0] in self.members:
@@ -147,8 +176,8 @@ class _FusedLowering:
             accesses.append(st)
         self.loads0: dict[tuple[fx.Node, fx.Node], list[int]] = {}
         for n in self.g.nodes:
-            if n in self.seeded:
-                continue
+            if n in self.seeded or (self.empty and n not in self.post):
+                continue  # (over an empty domain only values computed from reductions are read)
             for a in n.all_input_nodes:
                 if a not in self.members:
                     st = self.arg_strides(n, a, self.sources[a].meta)
@@ -548,6 +577,8 @@ class _FusedLowering:
                 continue
             if post_only and (not is_post or n in self.vals):
                 continue
+            if self.empty and n not in self.post and n not in self.reductions:
+                continue  # a value over the empty domain: never needed
             if n in self.col_reds:
                 self._col_add(n, loads)
             elif n.target in REDUCTIONS:
@@ -585,8 +616,12 @@ class _FusedLowering:
         return a
 
     def _reduce(self, n: fx.Node, accs, loads) -> TVal:
+        op, init = REDUCTIONS[n.target]
+        if self.empty:  # over no elements: the identity (mean: 0 / 0)
+            if n.target._overloadpacket is torch.ops.aten.mean:
+                return TVal.const(math.nan)
+            return TVal.const(init if n.meta["val"].dtype.is_floating_point else int(init))
         x = self._arg(n, n.args[0], loads)
-        op = REDUCTIONS[n.target][0]
         if not n.args[0].meta["val"].dtype.is_floating_point:
             self._check_int_reduction(n, x, op)
         if x.kind != "full":
@@ -677,7 +712,8 @@ def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBui
     """Emit the kernel body for ``group`` into ``kb``. ``out_tensors[n]`` are the HBM outputs."""
     lw = None
     R0 = frozenset(group.reduce_axes)
-    if R0 and not getattr(group, "col_axes", None) and last_axis(group.domain) not in R0 \
+    if R0 and 0 not in group.domain and not getattr(group, "col_axes", None) \
+            and last_axis(group.domain) not in R0 \
             and col_pair(group.domain, frozenset(), R0) \
             and all(REDUCTIONS[n.target][0] == "add" and n.meta["val"].dtype.is_floating_point
                     for n in group.nodes if n.target in REDUCTIONS):

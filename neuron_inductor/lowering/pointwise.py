@@ -477,6 +477,12 @@ def _full(ctx, node, *args, **kw):
     return TVal.const(value.scalar if isinstance(value, TVal) else value)
 
 
+@register_pointwise(aten.empty_permuted.default, aten.empty.memory_format)
+def _empty(ctx, node, *args, **kw):
+    """Uninitialised memory: any value is correct; zero is the cheapest to make."""
+    return TVal.const(0.0 if node.meta["val"].dtype.is_floating_point else 0)
+
+
 @register_pointwise(aten.full_like.default)
 def _full_like(ctx, node, a, value, **kw):
     return TVal.const(value.scalar if isinstance(value, TVal) else value)

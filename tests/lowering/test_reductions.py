@@ -148,3 +148,33 @@ def test_cross_entropy_ignore_index():
     t[::3] = -100
     check_cases(lambda x, t: F.cross_entropy(x, t, ignore_index=-100), [(randn((300, 50)), t)],
                 grad=True)
+
+
+# --- reductions broadcast back with the right shape ----------------------------------------------
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_std_mean_backward_every_axis(dim):
+    """Returning both ``std`` and ``mean``: the backward divides the std's gradient by the std, a
+    [5, 5] value in the reduced space that is broadcast back with ``unsqueeze(dim)``. Its shape
+    alone aligns it to the domain's trailing axes; x.grad was off by up to 1.4 for dim=1, 2."""
+    x = torch.randn(5, 5, 5, generator=torch.Generator().manual_seed(3))
+    check_cases(lambda x: torch.std_mean(x, dim=dim), [(x,)], grad=True)
+
+
+def test_cosine_embedding_loss():
+    """``y == 1`` ([5]) selects between values computed from row sums: it lives in the reduced space
+    of the [5, 5] domain, not along its last axis (was ``operand0 must be a [5, 1] region, got
+    [5, 5]`` in the simulator)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 5, generator=g), torch.randn(5, 5, generator=g)
+    y = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    check_cases(lambda a, b, y: F.cosine_embedding_loss(a, b, y), [(a, b, y)], grad=True)
+
+
+@pytest.mark.parametrize("shape", [(0, 7), (7, 0), (3, 0, 5)], ids=str)
+def test_reduction_over_zero_rows(shape):
+    """A reduction over an empty extent gives the identity (mean: nan) and compiles; it was an IR
+    verifier error that sent the whole graph to eager."""
+    z = torch.randn(shape)
+    check_cases(lambda z: (z.sum(0), z.sum(-1) + 1, z.mean(-1), z.prod(0) * 2, (z > 0).any(-1),
+                           z.sum()), [(z,)])
