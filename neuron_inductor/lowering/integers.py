@@ -167,10 +167,12 @@ def negate(ctx, a: TVal, dtype: torch.dtype) -> TVal:
 
 
 def absolute(ctx, a: TVal, dtype: torch.dtype) -> TVal:
-    if a.hi is not None:
-        raise NotImplementedError("abs of an int64 beyond the int32 range")
+    if a.hi is not None:  # both words: select -a where the high word is negative
+        neg = _pair_addsub(ctx, "subtract", TVal.const(0), a, a.kind)
+        return select(ctx, _ts(ctx, "less", a.hi, 0.0, "uint8", a.kind), neg, a, a.kind)
     neg = negate(ctx, a, dtype)
-    out = TVal(a.kind, as_int32(ctx, a, a.kind), bound=bound(a))
+    out = TVal(a.kind, ctx.new(a.kind, "int32"), bound=bound(a))
+    ctx.kb.copy("vector", out.region, as_int32(ctx, a, a.kind))  # a fresh tile: written below
     pred = _ts(ctx, "less", a.region, 0.0, "uint8", a.kind)  # a sign test is exact in fp32
     ctx.kb.instr("vector", "tensor_copy_predicated", out.region,
                  {"src": as_int32(ctx, neg, a.kind), "predicate": pred})
@@ -271,8 +273,13 @@ def minmax(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
     if exact_in_fp32(a, b):
         return None
     kind = _kind(a, b)
-    gt = compare(ctx, "greater" if op == "maximum" else "less", a, b)
-    pred = gt.region if gt.kind == kind else as_int32(ctx, gt, kind)
+    cmp = "greater" if op == "maximum" else "less"
+    gt = compare(ctx, cmp, a, b)
+    if gt is None:  # against a scalar 0: a sign test, exact in fp32
+        t, z, rev = (a, b, False) if b.kind == "scalar" else (b, a, True)
+        pred = _ts(ctx, cmp, as_int32(ctx, t, kind), float(z.scalar), "uint8", kind, reverse0=rev)
+    else:
+        pred = gt.region if gt.kind == kind else as_int32(ctx, gt, kind)
     return select(ctx, pred, a, b, kind)
 
 

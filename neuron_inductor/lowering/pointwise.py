@@ -174,10 +174,27 @@ def _round_scalar(node, v: TVal) -> TVal:
     return v
 
 
+def _wrap_scalar(node, v: TVal) -> TVal:
+    """An integer scalar operand of an integer tensor op, converted to the tensor's dtype the way
+    eager converts it (wrapping: ``int32_tensor > 2**33`` compares with 0)."""
+    if v.kind != "scalar" or isinstance(v.scalar, bool) or not isinstance(v.scalar, int):
+        return v
+    dts = {a.meta["val"].dtype for a in node.args if isinstance(a, torch.fx.Node)}
+    if len(dts) != 1:
+        return v
+    dt = dts.pop()
+    if dt.is_floating_point or dt == torch.bool:
+        return v
+    info = torch.iinfo(dt)
+    span = info.max - info.min + 1
+    return TVal.const((v.scalar - info.min) % span + info.min)
+
+
 def _bin(op: str):
     def lower(ctx, node, a, b, *rest, **kw):
         alpha = _operand(kw.get("alpha", rest[0] if rest else 1))
         val = node.meta["val"]
+        a, b = _wrap_scalar(node, a), _wrap_scalar(node, b)
         if op in _ROUNDS_SCALAR:
             a, b = _round_scalar(node, a), _round_scalar(node, b)
         if alpha != 1:
@@ -392,9 +409,9 @@ def _pow_scalar_base(ctx, node, base, e):
 def _clamp(ctx, node, a, lo=None, hi=None):
     val = node.meta["val"]
     dt = tile_dtype(val)
-    if not val.dtype.is_floating_point:  # exact integer max / min
-        return _clamp_t(ctx, node, a, None if lo is None else TVal.const(_operand(lo)),
-                        None if hi is None else TVal.const(_operand(hi)))
+    if not val.dtype.is_floating_point:  # exact integer max / min, bounds wrapped like eager's
+        return _clamp_t(ctx, node, a, None if lo is None else _wrap_scalar(node, TVal.const(_operand(lo))),
+                        None if hi is None else _wrap_scalar(node, TVal.const(_operand(hi))))
     if lo is not None and hi is not None:
         return scalar_op(ctx, a, "maximum", lo, dt, "minimum", hi)
     if lo is not None:
