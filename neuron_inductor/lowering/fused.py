@@ -342,8 +342,6 @@ class _FusedLowering:
             for (n, a), st in self.loads.items():
                 if n not in self.col_post and all(st[x] == 0 for x in loop_axes):
                     todo.setdefault(self._load_key(a, st), (a, st))
-        # int64 leaves keep both words: loaded in the loops
-        todo = {k: v for k, v in todo.items() if self.sources[v[0]].base_dtype != "int64"}
         floats = [k for k, (a, st) in todo.items()
                   if hw_dtype(self.sources[a].base_dtype) in FLOATS]
         if self.col_reds:
@@ -364,10 +362,19 @@ class _FusedLowering:
                                full)
             cols = self.fc_size if full else 1
             dt = acc.tensor.dtype
-            if key not in floats:  # integers: one broadcast DMA, still hoisted out of the loops
-                t = kb.tile((PMAX, cols), dt, prefix="hoist")
-                pat = ((0, PMAX),) + tuple(acc.pattern[1:])
-                kb.dma(t.region(PMAX, cols), type(acc)(acc.tensor, acc.offset, pat))
+            if key not in floats:  # integers: one broadcast DMA per word, hoisted out of the loops
+                words = []
+                for w in ([0, 1] if src.base_dtype == "int64" else [0]):
+                    wacc = acc if w == 0 else self._access(src.host, src.base_extent, src.base_dtype,
+                                                           src.meta.storage_offset, st, full, word=1)
+                    t = kb.tile((PMAX, cols), dt, prefix="hoist")
+                    pat = ((0, PMAX),) + tuple(wacc.pattern[1:])
+                    kb.dma(t.region(PMAX, cols), type(wacc)(wacc.tensor, wacc.offset, pat))
+                    words.append(t)
+                self.hoisted[key] = TVal("full" if full else "row", words[0].full(),
+                                         hi=words[1].full() if len(words) > 1 else None,
+                                         bound=1 if src.meta.dtype == "bool" else None)
+                continue
             else:
                 row = kb.tile((1, cols), dt, prefix="row")
                 kb.dma(row.region(1, cols), acc)
@@ -668,9 +675,13 @@ class _FusedLowering:
         if key in loads:
             return loads[key]
         if key in self.hoisted:
-            h = self.hoisted[key].region
-            loads[key] = TVal(self.hoisted[key].kind,
-                              TileRegion(h.tile, h.starts, (self.rows, self.cols if h.sizes[1] != 1 else 1)))
+            hv = self.hoisted[key]
+            h = hv.region
+
+            def cut(r):
+                return None if r is None else \
+                    TileRegion(r.tile, r.starts, (self.rows, self.cols if h.sizes[1] != 1 else 1))
+            loads[key] = TVal(hv.kind, cut(h), hi=cut(hv.hi), bound=hv.bound)
             return loads[key]
         src = self.sources[a]
         full = self.F is not None and st[self.F] != 0

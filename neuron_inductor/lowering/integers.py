@@ -216,32 +216,53 @@ def _unsigned_less(ctx, a, b, kind: str):
     return _greater(ctx, _digits(ctx, b, False, kind), _digits(ctx, a, False, kind), kind)
 
 
-def _equal(ctx, wa: list, wb: list, kind: str):
-    eq = None
-    for (x, _), (y, _) in zip(wa, wb):
-        d = _tt(ctx, "vector", "bitwise_xor", x, y, "int32", kind)
-        e = _ts(ctx, "equal", d, 0.0, "uint8", kind)  # zero / non-zero is exact in fp32
-        eq = e if eq is None else _tt(ctx, "vector", "multiply", eq, e, "uint8", kind)
-    return eq
+def _equal(ctx, a: TVal, b: TVal, wide: bool, kind: str):
+    """``a == b`` bit-exactly: the words' xors or-ed together, compared with 0 (exact in fp32). A row
+    operand is the per-partition operand of a bitvec ``tensor_scalar`` (no broadcast)."""
+    if a.kind != kind:
+        a, b = b, a
+    d = None
+    for w in ((0, 1) if wide else (0,)):
+        x = as_int32(ctx, a, kind, w)
+        if b.kind == "row" and kind == "full":
+            y = _ts(ctx, "bitwise_xor", x, as_int32(ctx, b, "row", w), "int32", kind)
+        else:
+            y = _tt(ctx, "vector", "bitwise_xor", x, as_int32(ctx, b, kind, w), "int32", kind)
+        d = y if d is None else _tt(ctx, "vector", "bitwise_or", d, y, "int32", kind)
+    return _ts(ctx, "equal", d, 0.0, "uint8", kind)
+
+
+_FLIP = {"greater": "less", "less": "greater", "greater_equal": "less_equal",
+         "less_equal": "greater_equal", "equal": "equal", "not_equal": "not_equal"}
+
+
+def _small(v: TVal) -> bool:
+    return bound(v) is not None and bound(v) < EXACT
 
 
 def compare(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
-    """Exact ``a op b`` of two integer values, or None when the one-instruction fp32 form is exact
-    (both proven below 2**24, or a sign / zero test against 0)."""
-    if exact_in_fp32(a, b):
+    """Exact ``a op b`` of two integer values, or None when the one-instruction fp32 form is exact:
+    both fit in int32 and one is proven below 2**24 (rounding the other to fp32 cannot cross it), or
+    a sign / zero test against 0."""
+    narrow = all(v.hi is None and (v.kind != "scalar" or -I32 <= int(v.scalar) < I32) for v in (a, b))
+    if narrow and (_small(a) or _small(b)):
         return None
     zero = [v for v in (a, b) if v.kind == "scalar" and v.scalar == 0]
     if zero and all(v.hi is None for v in (a, b)):
         return None
+    if a.hi is not None and b.hi is None and _small(b) and b.kind != "scalar":
+        return _small_vs_wide(ctx, _FLIP[op], b, a)
+    if b.hi is not None and a.hi is None and _small(a) and a.kind != "scalar":
+        return _small_vs_wide(ctx, op, a, b)
     kind = _kind(a, b)
     wide = a.hi is not None or b.hi is not None or any(
         v.kind == "scalar" and not -I32 <= int(v.scalar) < I32 for v in (a, b))
-    wa, wb = _words(ctx, a, wide, kind), _words(ctx, b, wide, kind)
     if op in ("equal", "not_equal"):
-        r = _equal(ctx, wa, wb, kind)
+        r = _equal(ctx, a, b, wide, kind)
         if op == "not_equal":
             r = _ts(ctx, "subtract", r, 1.0, "uint8", kind, reverse0=True)
         return TVal(kind, r, bound=1)
+    wa, wb = _words(ctx, a, wide, kind), _words(ctx, b, wide, kind)
     da = [d for r, s in wa for d in _digits(ctx, r, s, kind)]
     db = [d for r, s in wb for d in _digits(ctx, r, s, kind)]
     if op in ("greater", "less_equal"):
@@ -251,6 +272,49 @@ def compare(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
     if op in ("less_equal", "greater_equal"):
         r = _ts(ctx, "subtract", r, 1.0, "uint8", kind, reverse0=True)
     return TVal(kind, r, bound=1)
+
+
+def _small_vs_wide(ctx, op: str, s: TVal, w: TVal) -> TVal:
+    """``s op w`` with |s| < 2**24 and ``w`` an int64 with its high words. Where ``w`` fits in int32
+    (high word = sign of the low word) the fp32 compare of ``s`` with the low word is exact; elsewhere
+    |w| >= 2**31 > |s| and the sign of ``w`` decides. Only the fp32 compare and one blend run over
+    the wider operand when ``w`` is a row (an index, a position), as in one-hot compares."""
+    kind, wk = _kind(s, w), w.kind
+    sgn = _ts(ctx, "less", w.region, 0.0, "float32", wk, "multiply", -1.0)
+    inr = _tt(ctx, "vector", "equal", w.hi, sgn, "float32", wk)        # w fits in int32
+    if op in ("equal", "not_equal"):
+        out = None if op == "equal" else 1.0
+    else:  # outside int32: s < w exactly where w > 0
+        pos = _ts(ctx, "greater_equal", w.hi, 0.0, "float32", wk)
+        out = pos if op in ("less", "less_equal") else \
+            _ts(ctx, "subtract", pos, 1.0, "float32", wk, reverse0=True)
+    if out is None:
+        c = 0.0
+    elif out == 1.0:
+        c = _ts(ctx, "subtract", inr, 1.0, "float32", wk, reverse0=True)
+    else:  # out * (1 - in)
+        c = _ts(ctx, "subtract", inr, 1.0, "float32", wk, reverse0=True)
+        c = _tt(ctx, "vector", "multiply", c, out, "float32", wk)
+    sr = as_int32(ctx, s, s.kind) if s.region.dtype not in INT_TILE_DTYPES else s.region
+    if s.kind == w.kind:
+        r = _tt(ctx, "vector", op, sr, w.region, "float32", kind)
+    elif s.kind == "full":  # w a row: per-partition operand
+        lo = ctx.new("row", "float32")
+        ctx.kb.copy("vector", lo, w.region)
+        r = _ts(ctx, op, sr, lo, "float32", kind)
+    else:
+        lo = as_int32(ctx, w, kind)
+        r = _tt(ctx, "vector", op, as_int32(ctx, s, kind), lo, "float32", kind)
+    if wk == kind:
+        res = _tt(ctx, "vector", "multiply", r, inr, "float32", kind)
+        res = res if isinstance(c, float) else _tt(ctx, "vector", "add", res, c, "float32", kind)
+        dst = ctx.new(kind, "uint8")
+        ctx.kb.copy("vector", dst, res)
+        return TVal(kind, dst, bound=1)
+    dst = ctx.new(kind, "uint8")  # w a row, s full: r * in + c in one instruction
+    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": r, "operand0": inr, "operand1": c},
+                 op0="multiply", op1="add")
+    return TVal(kind, dst, bound=1)
 
 
 def select(ctx, pred, a: TVal, b: TVal, kind: str) -> TVal:

@@ -97,3 +97,15 @@ def test_issue_repros():
     check_cases(lambda r, t, i, u, big: (r * 128256 + t, i * 3, u + 200, i.sum(), big > 2**33, big + big),
                 [(r, t, i, u, big)], fallback="warn", _allow_fallback=True)
     assert set(k.split("(")[0] for k in nic.fallback_ops) <= set(DECLARED), dict(nic.fallback_ops)
+
+
+def test_positions_against_int64_rows():
+    """A small value (an ``arange``) against int64 rows read from HBM (label ids, cache positions):
+    the fp32 compare with the low word is exact where the row fits in int32, the sign decides
+    elsewhere (one-hot compares and causal masks keep their one full-width compare)."""
+    special = [2**33, -(2**40), 5, -1, 0, 8, 2**31, -(2**31) - 1, 2**32 + 3, 3]
+    idx = torch.tensor(special * 13, dtype=torch.int64).reshape(130, 1)
+    _check(lambda idx: (torch.arange(9) == idx, torch.arange(9) < idx, torch.arange(9) >= idx,
+                        torch.arange(9) != idx, idx > torch.arange(9), idx <= torch.arange(9) - 4,
+                        torch.arange(9).view(1, 9) == idx.view(130, 1).expand(130, 9)),
+           (idx,), torch.int64)
