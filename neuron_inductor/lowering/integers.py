@@ -250,6 +250,9 @@ def compare(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
     zero = [v for v in (a, b) if v.kind == "scalar" and v.scalar == 0]
     if zero and all(v.hi is None for v in (a, b)):
         return None
+    if zero and (a.hi is not None or b.hi is not None):
+        w, z_op = (a, op) if b.kind == "scalar" else (b, _FLIP[op])
+        return _wide_vs_zero(ctx, z_op, w)
     if a.hi is not None and b.hi is None and _small(b) and b.kind != "scalar":
         return _small_vs_wide(ctx, _FLIP[op], b, a)
     if b.hi is not None and a.hi is None and _small(a) and a.kind != "scalar":
@@ -272,6 +275,22 @@ def compare(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
     if op in ("less_equal", "greater_equal"):
         r = _ts(ctx, "subtract", r, 1.0, "uint8", kind, reverse0=True)
     return TVal(kind, r, bound=1)
+
+
+def _wide_vs_zero(ctx, op: str, w: TVal) -> TVal:
+    """``w op 0`` for an int64 with high words: the sign is the high word's (a sign test, exact in
+    fp32); zero-ness is ``lo | hi == 0``."""
+    k = w.kind
+    if op in ("less", "greater_equal"):
+        return TVal(k, _ts(ctx, op, w.hi, 0.0, "uint8", k), bound=1)
+    z = _ts(ctx, "equal", _tt(ctx, "vector", "bitwise_or", w.region, w.hi, "int32", k), 0.0, "uint8", k)
+    if op in ("equal", "not_equal"):
+        r = z if op == "equal" else _ts(ctx, "subtract", z, 1.0, "uint8", k, reverse0=True)
+        return TVal(k, r, bound=1)
+    neg = _ts(ctx, "less", w.hi, 0.0, "uint8", k)
+    le = _tt(ctx, "vector", "logical_or", neg, z, "uint8", k)          # w <= 0
+    r = le if op == "less_equal" else _ts(ctx, "subtract", le, 1.0, "uint8", k, reverse0=True)
+    return TVal(k, r, bound=1)
 
 
 def _small_vs_wide(ctx, op: str, s: TVal, w: TVal) -> TVal:
