@@ -207,8 +207,11 @@ def _greater(ctx, da: list, db: list, kind: str):
             gt = g
             continue
         e = _tt(ctx, "vector", "equal", x, y, "uint8", kind)
-        gt = _tt(ctx, "vector", "add", g, _tt(ctx, "vector", "multiply", e, gt, "uint8", kind),
-                 "uint8", kind)
+        m = _tt(ctx, "vector", "multiply", e, gt, "uint8", kind)
+        new = _tt(ctx, "vector", "add", g, m, "uint8", kind)
+        for t in (g, e, m, gt):  # dead temporaries: recycled (SBUF holds whole rows)
+            ctx.kb.release(t.tile)
+        gt = new
     return gt
 
 
@@ -272,6 +275,8 @@ def compare(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
         r = _greater(ctx, da, db, kind)
     else:  # less, greater_equal
         r = _greater(ctx, db, da, kind)
+    for d in da + db:
+        ctx.kb.release(d.tile)
     if op in ("less_equal", "greater_equal"):
         r = _ts(ctx, "subtract", r, 1.0, "uint8", kind, reverse0=True)
     return TVal(kind, r, bound=1)

@@ -109,3 +109,13 @@ def test_positions_against_int64_rows():
                         torch.arange(9) != idx, idx > torch.arange(9), idx <= torch.arange(9) - 4,
                         torch.arange(9).view(1, 9) == idx.view(130, 1).expand(130, 9)),
            (idx,), torch.int64)
+
+
+def test_int64_differences_against_zero():
+    """Causal / window masks from int64 positions read from HBM: ``q - k <= 0`` and friends on word
+    pairs (the sign of the high word, and lo | hi == 0)."""
+    special = [2**33, -(2**40), 5, -1, 0, 8, 2**31, -(2**31) - 1, 2**32, 3]
+    q = torch.tensor(special * 13, dtype=torch.int64).reshape(130, 1)
+    k = torch.tensor(special[::-1], dtype=torch.int64).reshape(1, 10)
+    _check(lambda q, k: ((q - k) <= 0, (q - k) > 0, (q - k) == 0, (q - k) != 0, (q - k) < 0,
+                         (k - q) >= 0, 0 > (q - k)), (q, k), torch.int64)
