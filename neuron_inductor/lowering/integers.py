@@ -11,7 +11,8 @@ native 32-bit arithmetic) and the bitvec ops (VectorE, bit patterns). From these
   shifts and masks, each digit exact in fp32;
 * an int64 value read from HBM keeps both 32-bit words; add and subtract carry between the words;
   comparisons, ``where`` and bitwise ops work on both words;
-* what has no exact form here (an int64 multiply whose result may leave int32, an integer sum or max
+* what has no exact form here (an int64 multiply whose result may leave int32, other than by a
+  constant up to 16 in magnitude, done as word-pair shift-and-add; an integer sum or max
   not proven exact in fp32) raises ``NotImplementedError``: the node becomes a declared fallback,
   run eagerly, logged and counted.
 
@@ -142,6 +143,9 @@ def arith(ctx, op: str, a: TVal, b: TVal, dtype: torch.dtype) -> TVal:
     res = None if None in (ba, bb) else (ba + bb if op != "multiply" else ba * bb)
     if dtype == torch.int64 and (res is None or res >= I32):
         if op == "multiply":
+            c, v = (b, a) if b.kind == "scalar" else (a, b)
+            if c.kind == "scalar" and abs(int(c.scalar)) <= _SHIFT_ADD_MAX:
+                return _pair_times(ctx, v, int(c.scalar), kind)
             raise NotImplementedError("int64 multiply whose result may leave the int32 range")
         return _pair_addsub(ctx, op, a, b, kind)
     dst = _tt(ctx, "gpsimd", op, as_int32(ctx, a, kind), as_int32(ctx, b, kind), "int32", kind)
@@ -160,6 +164,28 @@ def _pair_addsub(ctx, op: str, a: TVal, b: TVal, kind: str) -> TVal:
     hi = _tt(ctx, "gpsimd", op, ahi, bhi, "int32", kind)
     hi = _tt(ctx, "gpsimd", op, hi, c, "int32", kind)
     return TVal(kind, lo, hi=hi)
+
+
+#: int64 products by constants up to this are exact shift-and-add chains of word-pair adds
+_SHIFT_ADD_MAX = 16
+
+
+def _pair_times(ctx, v: TVal, c: int, kind: str) -> TVal:
+    """``v * c`` on int64 word pairs for a small constant: doublings and adds (wrapping mod 2**64)."""
+    if c == 0:
+        return TVal.const(0)
+    acc, p, n = None, v, abs(c)
+    while n:
+        if n & 1:
+            acc = p if acc is None else _pair_addsub(ctx, "add", acc, p, kind)
+        n >>= 1
+        if n:
+            p = _pair_addsub(ctx, "add", p, p, kind)
+    if c < 0:
+        acc = _pair_addsub(ctx, "subtract", TVal.const(0), acc, kind)
+    if acc is v and v.kind != kind:
+        acc = TVal(kind, as_int32(ctx, v, kind), hi=as_int32(ctx, v, kind, 1))
+    return acc
 
 
 def negate(ctx, a: TVal, dtype: torch.dtype) -> TVal:
