@@ -14,6 +14,7 @@ import sympy
 
 from ..ir import (Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, NameGen, Operand, Stmt, Tile,
                   TileRegion, loop_var)
+from ..spec.instrs import instr_spec
 from ..target import Target
 
 
@@ -25,6 +26,11 @@ class TVal:
     kind: str
     region: TileRegion | None = None
     scalar: float | int | bool | None = None
+    #: an int64 value read from HBM: its high words (``region`` holds the low words); None when the
+    #: value is the sign extension of ``region`` (it fits in int32)
+    hi: TileRegion | None = None
+    #: a proven bound on |value| of an integer value (None: only its dtype's range is known)
+    bound: int | None = None
 
     @property
     def dtype(self) -> str:
@@ -105,12 +111,44 @@ class KernelBuilder:
               srcs: dict[str, Operand] | None = None, **attrs) -> None:
         self.add(Instr(engine, opcode, dst, dict(srcs or {}), dict(attrs)))
 
+    def copy(self, engine: str, dst: TileRegion, src: TileRegion) -> None:
+        """``dst = src`` (with a cast) on ``engine``. Where the instruction specification gives the
+        target's engine no ``tensor_copy`` (the Scalar engine of NeuronCore-v2), the same copy is an
+        identity ``activation``, so callers balance evictions across engines without naming a target."""
+        if engine not in instr_spec("tensor_copy").engines[self.target.nc_version]:
+            self.instr("scalar", "activation", dst, {"data": src}, op="copy")
+        else:
+            self.instr(engine, "tensor_copy", dst, {"src": src})
+
+    def memset(self, dst: TileRegion, value, engine: str = "vector") -> None:
+        """Fill ``dst`` with ``value`` spelled as a literal of its dtype (NKI matches literal types
+        strictly: a float into float tiles, an int into integer tiles)."""
+        self.instr(engine, "memset", dst, {}, value=literal(value, dst.dtype))
+
     def dma(self, dst: HBMAccess | TileRegion, src: HBMAccess | TileRegion) -> None:
         self.add(Dma(dst, src))
 
     def finish(self) -> Kernel:
         return Kernel(self.name, list(self.params.values()), self.outputs, self.body,
                       self.provenance, self.plan)
+
+
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+_INT_RANGE = {"int32": (-2**31, 2**31 - 1), "uint8": (0, 255), "int8": (-128, 127),
+              "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1)}
+
+
+def literal(value, dtype: str):
+    """``value`` as a Python literal of hardware dtype ``dtype``: float for float tiles, int (infinities
+    clamped to the type's range) for integer tiles."""
+    if dtype in FLOAT_DTYPES:
+        return float(value)
+    lo, hi = _INT_RANGE[dtype]
+    if isinstance(value, float) and (value != value):
+        return 0
+    if isinstance(value, float) and abs(value) == float("inf"):
+        return lo if value < 0 else hi
+    return int(value)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from ..ir import HBMAccess, TensorMeta, TileRegion
+from . import integers
 from .builder import KernelBuilder, TVal, ceil_div
 from .fused_group import (FusedGroup, Source, _contig, _restore, _snapshot, _split_rows, col_pair,  # noqa: F401
                           last_axis, reduce_dims, sbuf_peak)
@@ -65,7 +66,7 @@ class _Ctx:
         offset = int(start) + int(step) * lw.offset_expr(st)
         cm = int(step) * st[lw.P] if lw.P is not None else 0
         self.kb.instr("gpsimd", "iota", dst, {}, pattern=pat, offset=offset, channel_multiplier=cm)
-        return TVal(kind, dst)
+        return TVal(kind, dst, bound=abs(int(start)) + abs(int(step)) * math.prod(self.lw.D0))
 
 
 class _FusedLowering:
@@ -76,7 +77,10 @@ class _FusedLowering:
         self.kb = kb
         self.free_chunk = free_chunk
         self.members = set(group.nodes)
-        D = list(group.domain)
+        # reductions over an empty extent: every output holds the identity (computed once the
+        # empty axes have extent 1 and the values that would feed the reductions are skipped)
+        self.empty = 0 in group.domain
+        D = [max(int(s), 1) for s in group.domain]
         R = set(group.reduce_axes) if R0 is None else set(R0)
         C = set(getattr(group, "col_axes", ())) if C0 is None else set(C0)
         self.D0, self.R0, self.C0 = D, R, C
@@ -99,11 +103,36 @@ class _FusedLowering:
                                               for a in n.all_input_nodes):
                 self.post.add(n)
         self.seeded: set[fx.Node] = set()   # values provided by the caller (a matmul result)
-        self.post_nodes = self.post | set(self.reductions)
+        self.post_nodes = self.post | set(self.reductions) | self._reduced_space()
         self.hoisted: dict[tuple, TVal] = {}
         self.colsums: ColumnSums | None = None
 
     # --- alignment of shapes to the domain --------------------------------------------------
+    def _reduced_space(self) -> set[fx.Node]:
+        """Nodes not computed from a reduction whose values still live in its output space: shaped
+        like the reduced domain without kept dims and consumed (through same-space pointwise ops) by
+        a view that restores the kept dims (``where(std == 0, 0, g / std).unsqueeze(-1)`` in a std
+        backward) or by a value computed from the reduction (``where(y == 1, 1 - cos, 0)`` with
+        ``cos`` a row sum). Their shape alone would align to the domain's *trailing* axes."""
+        if not self.R0:
+            return set()
+        red, keep = self._reduced_shape(False), self._reduced_shape(True)
+        if red == keep:
+            return set()
+        space: set[fx.Node] = set()
+        for n in reversed(self.g.nodes):
+            if list(n.meta["val"].shape) != red:
+                continue
+            for u in n.users:
+                if u not in self.members:
+                    continue
+                ushape = list(u.meta["val"].shape)
+                if u in space or (u in self.post and ushape == red) \
+                        or (u.target in ORDER_PRESERVING_VIEWS and ushape == keep):
+                    space.add(n)
+                    break
+        return space
+
     def _reduced_shape(self, keep: bool) -> list[int]:
         return [1 if i in self.R0 else s for i, s in enumerate(self.D0)] if keep else \
             [s for i, s in enumerate(self.D0) if i not in self.R0]
@@ -137,7 +166,8 @@ class _FusedLowering:
         self.node_strides0: dict[fx.Node, list[int]] = {}
         for n in self.g.nodes:
             val = n.meta["val"]
-            st = self.to_domain(n, val.shape, _contig(val.shape))
+            shape = [max(int(x), 1) for x in val.shape] if self.empty else val.shape
+            st = self.to_domain(n, shape, _contig(shape))
             if st is None:
                 raise LoweringError(f"{n.name} {list(val.shape)} does not fit domain {self.D0}")
             if n.target is EXPAND and n.args[0] in self.members:
@@ -146,8 +176,8 @@ class _FusedLowering:
             accesses.append(st)
         self.loads0: dict[tuple[fx.Node, fx.Node], list[int]] = {}
         for n in self.g.nodes:
-            if n in self.seeded:
-                continue
+            if n in self.seeded or (self.empty and n not in self.post):
+                continue  # (over an empty domain only values computed from reductions are read)
             for a in n.all_input_nodes:
                 if a not in self.members:
                     st = self.arg_strides(n, a, self.sources[a].meta)
@@ -332,16 +362,25 @@ class _FusedLowering:
                                full)
             cols = self.fc_size if full else 1
             dt = acc.tensor.dtype
-            if key not in floats:  # integers: one broadcast DMA, still hoisted out of the loops
-                t = kb.tile((PMAX, cols), dt, prefix="hoist")
-                pat = ((0, PMAX),) + tuple(acc.pattern[1:])
-                kb.dma(t.region(PMAX, cols), type(acc)(acc.tensor, acc.offset, pat))
+            if key not in floats:  # integers: one broadcast DMA per word, hoisted out of the loops
+                words = []
+                for w in ([0, 1] if src.base_dtype == "int64" else [0]):
+                    wacc = acc if w == 0 else self._access(src.host, src.base_extent, src.base_dtype,
+                                                           src.meta.storage_offset, st, full, word=1)
+                    t = kb.tile((PMAX, cols), dt, prefix="hoist")
+                    pat = ((0, PMAX),) + tuple(wacc.pattern[1:])
+                    kb.dma(t.region(PMAX, cols), type(wacc)(wacc.tensor, wacc.offset, pat))
+                    words.append(t)
+                self.hoisted[key] = TVal("full" if full else "row", words[0].full(),
+                                         hi=words[1].full() if len(words) > 1 else None,
+                                         bound=1 if src.meta.dtype == "bool" else None)
+                continue
             else:
                 row = kb.tile((1, cols), dt, prefix="row")
                 kb.dma(row.region(1, cols), acc)
                 if dt not in ones_rows:
                     ones_rows[dt] = kb.tile((1, PMAX), dt, prefix="ones_row")
-                    kb.instr("vector", "memset", ones_rows[dt].full(), {}, value=1.0)
+                    kb.memset(ones_rows[dt].full(), 1.0)
                 t = broadcast_partitions(kb, row.region(1, cols), cols, scratch, ones_rows[dt])
             self.hoisted[key] = TVal("full" if full else "row", t.full())
 
@@ -351,9 +390,13 @@ class _FusedLowering:
 
     def _col_add(self, n: fx.Node, loads) -> None:
         x = self._arg(n, n.args[0], loads)
+        if not n.args[0].meta["val"].dtype.is_floating_point:
+            self._check_int_reduction(n, x, "add")
         if x.kind != "full":
             x = copy(self.ctx, x, "float32", "full")
-        self.colsums.add(n, x.region, self.rows)
+        later = sympy.Gt(sympy.Add(self.ip, *self.loop_vars.values()), 0)  # loop vars are >= 0
+        self.colsums.add(n, x.region, self.rows, later if later not in (sympy.true, sympy.false)
+                         else bool(later))
 
     def _finish_columns(self, Fsize: int) -> None:
         """After the row loops: the column sums, then the column-vector values computed from them."""
@@ -425,7 +468,7 @@ class _FusedLowering:
             t = self.kb.tile((PMAX, 1), tile_dtype(r.meta["val"]) if op != "add" else "float32",
                              prefix="acc")
             reg = t.region(PMAX, 1)
-            self.kb.instr("vector", "memset", reg, {}, value=init)
+            self.kb.memset(reg, init)
             accs[r] = TVal("row", reg)
         return accs
 
@@ -541,6 +584,8 @@ class _FusedLowering:
                 continue
             if post_only and (not is_post or n in self.vals):
                 continue
+            if self.empty and n not in self.post and n not in self.reductions:
+                continue  # a value over the empty domain: never needed
             if n in self.col_reds:
                 self._col_add(n, loads)
             elif n.target in REDUCTIONS:
@@ -578,8 +623,14 @@ class _FusedLowering:
         return a
 
     def _reduce(self, n: fx.Node, accs, loads) -> TVal:
+        op, init = REDUCTIONS[n.target]
+        if self.empty:  # over no elements: the identity (mean: 0 / 0)
+            if n.target._overloadpacket is torch.ops.aten.mean:
+                return TVal.const(math.nan)
+            return TVal.const(init if n.meta["val"].dtype.is_floating_point else int(init))
         x = self._arg(n, n.args[0], loads)
-        op = REDUCTIONS[n.target][0]
+        if not n.args[0].meta["val"].dtype.is_floating_point:
+            self._check_int_reduction(n, x, op)
         if x.kind != "full":
             x = copy(self.ctx, x, "float32", "full")
         dt = "float32" if op == "add" else x.dtype
@@ -592,6 +643,17 @@ class _FusedLowering:
             self.kb.instr("vector", "tensor_tensor", accr, {"data1": accr, "data2": part}, op=op)
             return accs[n]
         return self._finish_reduction(n, TVal("row", part))
+
+    def _check_int_reduction(self, n: fx.Node, x: TVal, op: str) -> None:
+        """Reductions run in fp32: an integer one is lowered only when every partial result is an
+        exact fp32 integer (|x| * count < 2**24); otherwise the node is a declared fallback."""
+        b = integers.bound(x)
+        count = math.prod(self.D0[a] for a in reduce_dims(n)[0]) if op in ("add", "multiply") else 1
+        limit = b ** count if op == "multiply" and b is not None and count < 64 else \
+            (None if b is None or op == "multiply" and count >= 64 else b * count)
+        if limit is None or limit >= integers.EXACT:
+            raise LoweringError(f"{n.target}: integer reduction over values not proven below 2**24 "
+                                "(fp32 accumulation would round)")
 
     def _access(self, host: str, numel: int, dtype_name: str, offset0: int, st: list[int],
                 full: bool, kind: str = "input", word: int = 0) -> HBMAccess:
@@ -613,17 +675,26 @@ class _FusedLowering:
         if key in loads:
             return loads[key]
         if key in self.hoisted:
-            h = self.hoisted[key].region
-            loads[key] = TVal(self.hoisted[key].kind,
-                              TileRegion(h.tile, h.starts, (self.rows, self.cols if h.sizes[1] != 1 else 1)))
+            hv = self.hoisted[key]
+            h = hv.region
+
+            def cut(r):
+                return None if r is None else \
+                    TileRegion(r.tile, r.starts, (self.rows, self.cols if h.sizes[1] != 1 else 1))
+            loads[key] = TVal(hv.kind, cut(h), hi=cut(hv.hi), bound=hv.bound)
             return loads[key]
         src = self.sources[a]
         full = self.F is not None and st[self.F] != 0
-        acc = self._access(src.host, src.base_extent, src.base_dtype, src.meta.storage_offset, st, full)
         kind = "full" if full else "row"
-        dst = self.ctx.new(kind, acc.tensor.dtype)
-        self.kb.dma(dst, acc)
-        loads[key] = TVal(kind, dst)
+        words = []
+        for w in ([0, 1] if src.base_dtype == "int64" else [0]):  # int64: both words
+            acc = self._access(src.host, src.base_extent, src.base_dtype, src.meta.storage_offset, st,
+                               full, word=w)
+            dst = self.ctx.new(kind, acc.tensor.dtype)
+            self.kb.dma(dst, acc)
+            words.append(dst)
+        loads[key] = TVal(kind, words[0], hi=words[1] if len(words) > 1 else None,
+                          bound=1 if src.meta.dtype == "bool" else None)
         return loads[key]
 
     def _store(self, n: fx.Node, v: TVal) -> None:
@@ -640,9 +711,9 @@ class _FusedLowering:
         words = [0, 1] if meta.dtype == "int64" else [0]
         for w in words:
             src = v.region
-            if w == 1:  # high word of an int64: the sign
-                neg = scalar_op(self.ctx, v, "less", 0, "int32")
-                src = scalar_op(self.ctx, neg, "multiply", -1, "int32").region
+            if w == 1:  # high word of an int64: its own, or the sign of the low word
+                src = v.hi if v.hi is not None else \
+                    scalar_op(self.ctx, v, "less", 0, "int32", "multiply", -1).region
             acc = self._access(out, 0, meta.dtype, 0, st, full, "output", w)
             self.kb.dma(acc, src)
 
@@ -652,7 +723,8 @@ def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBui
     """Emit the kernel body for ``group`` into ``kb``. ``out_tensors[n]`` are the HBM outputs."""
     lw = None
     R0 = frozenset(group.reduce_axes)
-    if R0 and not getattr(group, "col_axes", None) and last_axis(group.domain) not in R0 \
+    if R0 and 0 not in group.domain and not getattr(group, "col_axes", None) \
+            and last_axis(group.domain) not in R0 \
             and col_pair(group.domain, frozenset(), R0) \
             and all(REDUCTIONS[n.target][0] == "add" and n.meta["val"].dtype.is_floating_point
                     for n in group.nodes if n.target in REDUCTIONS):

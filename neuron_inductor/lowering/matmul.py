@@ -177,7 +177,9 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         with lw._loop(qn // per, "affine", "kt") as kg:
             kk0 = q0 + kg * per
             krows = krows_of(kk0)
-            tp = kb.tile((KMAX, nblk * PMAX), "float32", "psum", prefix="tp")
+            # a TensorE transpose writes the input's dtype ("dst must have the same data type as
+            # data"); the eviction below is a same-dtype copy
+            tp = kb.tile((KMAX, nblk * PMAX), in_dt, "psum", prefix="tp")
             for u in range(per):
                 for c, (st, nrows) in enumerate(zip(stages, nrows_of)):
                     kb.instr("tensor", "nc_transpose",
@@ -185,8 +187,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                              {"data": TileRegion(st, (0, KMAX * (kg * per + u)), (nrows, krows))})
             width = nblk * PMAX if len(stages) == 1 or nrows_of[-1] == PMAX else \
                 (nblk - 1) * PMAX + nrows_of[-1]
-            kb.instr(engine, "tensor_copy", TileRegion(dst, (0, dst_col(kk0)), (krows, width)),
-                     {"src": tp.region(krows, width)})
+            kb.copy(engine, TileRegion(dst, (0, dst_col(kk0)), (krows, width)), tp.region(krows, width))
             kb.release(tp)
 
     def load_lhsT(lhsT, mb, bvars) -> None:
@@ -214,7 +215,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         lw.cols = cw
         res = kb.tile((PMAX, lw.fc), "float32", prefix="res")
         resr = res.region(rows, cw)
-        kb.instr("vector", "tensor_copy", resr, {"src": acc.region(rows, cw)})
+        kb.copy("vector", resr, acc.region(rows, cw))
         lw.vals = {mm: TVal("full", resr)}
         lw._eval(accs={})
 

@@ -11,7 +11,7 @@ VectorE/ScalarE only combine elements within a partition, yet norms need two thi
   stride-0 DMA that reads it from HBM once per partition per row tile.
 
 Both go through PSUM in blocks of one bank (512 fp32 columns). Accumulators stay in PSUM across the
-row-tile loop (``accumulate=True`` in an affine loop, as NKI allows) when they fit the banks; else each
+row-tile loop (the first row tile's matmul writes, ``accumulate=True`` after it) when they fit the banks; else each
 tile's block sum is added into an SBUF accumulator on VectorE (the row loop is then sequential).
 """
 from __future__ import annotations
@@ -41,13 +41,13 @@ class ColumnSums:
         self._ones: dict[str, Tile] = {}
         for k in keys:
             if self.in_psum:
-                blocks = [kb.tile((1, self.bw), "float32", "psum", prefix="colsum") for _ in range(self.nblk)]
-                for j, b in enumerate(blocks):
-                    kb.instr("vector", "memset", b.region(1, self._width(j)), {}, value=0.0)
-                self.acc[k] = blocks
+                # no memset: the first matmul of the row loops writes each block (accumulating onto
+                # PSUM initialised by another instruction is undefined on hardware)
+                self.acc[k] = [kb.tile((1, self.bw), "float32", "psum", prefix="colsum")
+                               for _ in range(self.nblk)]
             else:
                 t = kb.tile((1, fsize), "float32", prefix="colsum")
-                kb.instr("vector", "memset", t.region(1, fsize), {}, value=0.0)
+                kb.memset(t.region(1, fsize), 0.0)
                 self.acc[k] = t
 
     @property
@@ -62,15 +62,17 @@ class ColumnSums:
         """A ``[128, 1]`` column of ones (allocated before the loops, once per dtype)."""
         if dtype not in self._ones:
             t = self.kb.tile((PMAX, 1), dtype, prefix="ones")
-            self.kb.instr("vector", "memset", t.full(), {}, value=1.0)
+            self.kb.memset(t.full(), 1.0)
             self._ones[dtype] = t
         return self._ones[dtype]
 
-    def add(self, key, x: TileRegion, rows) -> None:
-        """Accumulate the column sums of the row tile ``x[0:rows, 0:F]``."""
+    def add(self, key, x: TileRegion, rows, later) -> None:
+        """Accumulate the column sums of the row tile ``x[0:rows, 0:F]``. ``later`` (a sympy
+        condition on the loop variables, or a bool) is false for the first row tile: its matmul
+        overwrites the PSUM accumulator, the others accumulate onto it."""
         if x.dtype not in self._ones:  # integers, or no ones column of this dtype: sum an fp32 copy
             f32 = self.kb.tile(tuple(x.tile.shape), "float32", prefix="t")
-            self.kb.instr("vector", "tensor_copy", TileRegion(f32, x.starts, x.sizes), {"src": x})
+            self.kb.copy("vector", TileRegion(f32, x.starts, x.sizes), x)
             x = TileRegion(f32, x.starts, x.sizes)
         ones = self._ones[x.dtype].region(rows, 1)
         r0, c0 = x.starts[0], x.starts[1]
@@ -79,7 +81,7 @@ class ColumnSums:
             mov = TileRegion(x.tile, (r0, c0 + j * self.bw), (rows, w))
             if self.in_psum:
                 self.kb.instr("tensor", "nc_matmul", self.acc[key][j].region(1, w),
-                              {"stationary": ones, "moving": mov}, accumulate=True)
+                              {"stationary": ones, "moving": mov}, accumulate=later)
                 continue
             part = self.kb.tile((1, self.bw), "float32", "psum", prefix="colpart")
             self.kb.instr("tensor", "nc_matmul", part.region(1, w), {"stationary": ones, "moving": mov},

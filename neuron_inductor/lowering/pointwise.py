@@ -14,7 +14,8 @@ import operator
 
 import torch
 
-from .builder import TVal
+from . import integers
+from .builder import FLOAT_DTYPES, TVal
 from .registry import REDUCTIONS, register_pointwise
 
 aten = torch.ops.aten
@@ -24,8 +25,10 @@ _PY = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
        "equal": operator.eq, "not_equal": operator.ne, "greater": operator.gt,
        "greater_equal": operator.ge, "less": operator.lt, "less_equal": operator.le,
        "logical_and": lambda a, b: bool(a) and bool(b), "logical_or": lambda a, b: bool(a) or bool(b),
-       "logical_xor": lambda a, b: bool(a) != bool(b), "power": operator.pow}
-_INT_GPSIMD = {"add", "subtract", "multiply"}
+       "logical_xor": lambda a, b: bool(a) != bool(b), "power": operator.pow,
+       "bitwise_and": operator.and_, "bitwise_or": operator.or_, "bitwise_xor": operator.xor}
+_BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"}
+_COMPARE = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal"}
 
 
 def tile_dtype(val) -> str:
@@ -38,23 +41,59 @@ def tile_dtype(val) -> str:
     return "int32"
 
 
-def binary(ctx, op: str, a: TVal, b: TVal, dtype: str) -> TVal:
+def _imm(op: str, v):
+    """A compile-time operand typed as the instruction needs it: arithmetic ALU operands are fp32,
+    bitvec operands integers."""
+    if isinstance(v, (bool, int, float)):
+        return int(v) if op in _BITVEC else float(v)
+    return v
+
+
+def _f32_row(ctx, v: TVal) -> TileRegion:
+    """A row operand of an arithmetic ``tensor_scalar``: those must be float32 tiles."""
+    if v.region.dtype == "float32":
+        return v.region
+    t = ctx.new("row", "float32")
+    ctx.kb.copy("vector", t, v.region)
+    return t
+
+
+def binary(ctx, op: str, a: TVal, b: TVal, dtype: str, out: torch.dtype | None = None) -> TVal:
+    """``a op b`` into a ``dtype`` tile; ``out`` is the torch result dtype (integer results take
+    the exact integer forms of ``integers``)."""
     if a.kind == "scalar" and b.kind == "scalar":
         return TVal.const(_PY[op](a.scalar, b.scalar))
+    if integers.is_int(a) and integers.is_int(b):
+        if out is not None and out != torch.bool and not out.is_floating_point \
+                and op in ("add", "subtract", "multiply"):
+            return integers.arith(ctx, op, a, b, out)
+        if op in _BITVEC:
+            return integers.bitwise(ctx, op, a, b)
+        if op in _COMPARE:
+            r = integers.compare(ctx, op, a, b)
+            if r is not None:
+                return r
+        if op in ("maximum", "minimum"):
+            r = integers.minmax(ctx, op, a, b)
+            if r is not None:
+                return r
     kind = "full" if "full" in (a.kind, b.kind) else "row"
     dst = ctx.new(kind, dtype)
-    engine = "gpsimd" if (op in _INT_GPSIMD and not dtype.startswith("float")) or op == "power" \
-        else "vector"
+    # power runs on GpSimd (tensor_tensor docstring); every other ALU op here on VectorE
+    engine = "gpsimd" if op == "power" and a.kind == b.kind else "vector"
     if a.kind == b.kind:
         ctx.kb.instr(engine, "tensor_tensor", dst, {"data1": a.region, "data2": b.region}, op=op)
     elif a.kind == kind:   # tile op (row|scalar)
-        other = b.region if b.kind == "row" else b.scalar
+        other = _f32_row(ctx, b) if b.kind == "row" else _imm(op, b.scalar)
         ctx.kb.instr(engine, "tensor_scalar", dst, {"data": a.region, "operand0": other}, op0=op)
     else:                  # (row|scalar) op tile
-        other = a.region if a.kind == "row" else a.scalar
+        other = _f32_row(ctx, a) if a.kind == "row" else _imm(op, a.scalar)
         ctx.kb.instr(engine, "tensor_scalar", dst, {"data": b.region, "operand0": other}, op0=op,
                      reverse0=True)
-    return TVal(kind, dst)
+    r = TVal(kind, dst)
+    if op in _COMPARE or op.startswith("logical_"):
+        r.bound = 1
+    return r
 
 
 def unary(ctx, func: str, a: TVal, dtype: str, scale: float = 1.0, py=None) -> TVal:
@@ -75,32 +114,47 @@ def _operand(v):
 
 
 def scalar_op(ctx, a: TVal, op0: str, v0, dtype: str, op1: str | None = None, v1=None) -> TVal:
+    if isinstance(v0, TVal) and v0.kind == "row":
+        v0 = _f32_row(ctx, v0)
+    if isinstance(v1, TVal) and v1.kind == "row":
+        v1 = _f32_row(ctx, v1)
     v0, v1 = _operand(v0), _operand(v1)
     if a.kind == "scalar":
         r = _PY[op0](a.scalar, v0)
         return TVal.const(_PY[op1](r, v1) if op1 else r)
     dst = ctx.new(a.kind, dtype)
     attrs = {"op0": op0}
-    srcs = {"data": a.region, "operand0": v0}
+    srcs = {"data": a.region, "operand0": _imm(op0, v0)}
     if op1:
         attrs["op1"] = op1
-        srcs["operand1"] = v1
+        srcs["operand1"] = _imm(op1, v1)
     ctx.kb.instr("vector", "tensor_scalar", dst, srcs, **attrs)
     return TVal(a.kind, dst)
 
 
 def copy(ctx, a: TVal, dtype: str, kind: str | None = None) -> TVal:
-    """Copy (and cast) ``a``; with ``kind='full'`` a row or scalar is broadcast along the free axis."""
+    """Copy (and cast) ``a`` into a new tile; with ``kind='full'`` a row or scalar is broadcast along
+    the free axis. Integer broadcasts are bit-exact; an int64's high words are copied along."""
     kind = kind or a.kind
     dst = ctx.new(kind, dtype)
     if a.kind == "scalar":
-        ctx.kb.instr("vector", "memset", dst, {}, value=a.scalar)
-    elif a.kind == kind:
-        ctx.kb.instr("vector", "tensor_copy", dst, {"src": a.region})
-    else:  # row -> full
-        ctx.kb.instr("vector", "memset", dst, {}, value=0)
-        ctx.kb.instr("vector", "tensor_scalar", dst, {"data": dst, "operand0": a.region}, op0="add")
-    return TVal(kind, dst)
+        ctx.kb.memset(dst, a.scalar)
+        return TVal(kind, dst)
+    if a.kind == kind:
+        ctx.kb.copy("vector", dst, a.region)
+    elif dtype in FLOAT_DTYPES:  # row -> full: 0.0 + row (an fp32 per-partition operand)
+        ctx.kb.memset(dst, 0.0)
+        ctx.kb.instr("vector", "tensor_scalar", dst, {"data": dst, "operand0": _f32_row(ctx, a)},
+                     op0="add")
+    else:  # integers: 0 | row, bit-exact, then a cast if narrower
+        ctx.kb.copy("vector", dst, integers.as_int32(ctx, a, kind))
+    hi = None
+    if a.hi is not None and dtype == "int32":
+        hi = integers.as_int32(ctx, a, kind, 1)
+        if hi is a.hi:
+            hi = ctx.new(kind, "int32")
+            ctx.kb.copy("vector", hi, a.hi)
+    return TVal(kind, dst, hi=hi, bound=a.bound)
 
 
 #: ops for which eager casts a Python scalar operand to a low-precision tensor's dtype first (mul and
@@ -120,14 +174,32 @@ def _round_scalar(node, v: TVal) -> TVal:
     return v
 
 
+def _wrap_scalar(node, v: TVal) -> TVal:
+    """An integer scalar operand of an integer tensor op, converted to the tensor's dtype the way
+    eager converts it (wrapping: ``int32_tensor > 2**33`` compares with 0)."""
+    if v.kind != "scalar" or isinstance(v.scalar, bool) or not isinstance(v.scalar, int):
+        return v
+    dts = {a.meta["val"].dtype for a in node.args if isinstance(a, torch.fx.Node)}
+    if len(dts) != 1:
+        return v
+    dt = dts.pop()
+    if dt.is_floating_point or dt == torch.bool:
+        return v
+    info = torch.iinfo(dt)
+    span = info.max - info.min + 1
+    return TVal.const((v.scalar - info.min) % span + info.min)
+
+
 def _bin(op: str):
     def lower(ctx, node, a, b, *rest, **kw):
         alpha = _operand(kw.get("alpha", rest[0] if rest else 1))
+        val = node.meta["val"]
+        a, b = _wrap_scalar(node, a), _wrap_scalar(node, b)
         if op in _ROUNDS_SCALAR:
             a, b = _round_scalar(node, a), _round_scalar(node, b)
         if alpha != 1:
-            b = scalar_op(ctx, b, "multiply", alpha, tile_dtype(node.meta["val"]))
-        return binary(ctx, op, a, b, tile_dtype(node.meta["val"]))
+            b = binary(ctx, "multiply", b, TVal.const(alpha), tile_dtype(val), val.dtype)
+        return binary(ctx, op, a, b, tile_dtype(val), val.dtype)
     return lower
 
 
@@ -142,10 +214,34 @@ for _ops, _name in [((aten.add,), "add"), ((aten.sub,), "subtract"), ((aten.mul,
 
 @register_pointwise(aten.div.Tensor, aten.div.Scalar)
 def _div(ctx, node, a, b):
+    """a / b = a * (1 / b): ``divide`` is no ALU operator; the reciprocal is the VectorE unary
+    ALU op (more precise than ScalarE's, and defined on every input)."""
     dt = tile_dtype(node.meta["val"])
     if b.kind == "scalar":
-        return scalar_op(ctx, a, "divide", b.scalar, dt)
-    return binary(ctx, "divide", a, b, dt)
+        if a.kind == "scalar":
+            return TVal.const(a.scalar / b.scalar)
+        return scalar_op(ctx, a, "multiply", _reciprocal_const(b.scalar), dt)
+    rb = ctx.new(b.kind, "float32")
+    ctx.kb.instr("vector", "tensor_scalar", rb, {"data": b.region, "operand0": 0.0}, op0="reciprocal")
+    return binary(ctx, "multiply", a, TVal(b.kind, rb), dt)
+
+
+def _reciprocal_const(x) -> float:
+    x = float(x)
+    if x == 0.0:
+        return math.copysign(math.inf, x)
+    return 1.0 / x
+
+
+@register_pointwise(aten.reciprocal.default)
+def _recip(ctx, node, a):
+    """1 / a on VectorE: more precise than ScalarE's reciprocal, whose valid input range is
+    +-[2**-42, 2**42] (nki.api.shared ``tbl-act-func``)."""
+    if a.kind == "scalar":
+        return TVal.const(_reciprocal_const(a.scalar))
+    dst = ctx.new(a.kind, tile_dtype(node.meta["val"]))
+    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": a.region, "operand0": 0.0}, op0="reciprocal")
+    return TVal(a.kind, dst)
 
 
 @register_pointwise(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
@@ -154,22 +250,26 @@ def _bitwise(ctx, node, a, b):
     name = node.target._overloadpacket.__name__.split("_")[1]
     if node.meta["val"].dtype == torch.bool:
         return binary(ctx, "logical_" + name, a, b, "uint8")
-    return binary(ctx, "bitwise_" + name, a, b, tile_dtype(node.meta["val"]))
+    return binary(ctx, "bitwise_" + name, a, b, tile_dtype(node.meta["val"]), node.meta["val"].dtype)
 
 
 @register_pointwise(aten.logical_not.default, aten.bitwise_not.default)
 def _not(ctx, node, a):
     if node.meta["val"].dtype != torch.bool and node.target is aten.bitwise_not.default:
         raise NotImplementedError("integer bitwise_not")
-    return scalar_op(ctx, a, "equal", 0, "uint8")
+    if a.kind != "scalar" and a.hi is not None:
+        nz = integers.nonzero(ctx, a)
+        return scalar_op(ctx, nz, "equal", 0, "uint8")
+    r = scalar_op(ctx, a, "equal", 0, "uint8")
+    r.bound = 1 if r.kind != "scalar" else None
+    return r
 
 
 _ACT = {
     aten.exp: ("exp", math.exp), aten.log: ("log", math.log), aten.sqrt: ("sqrt", math.sqrt),
     aten.rsqrt: ("rsqrt", lambda x: 1 / math.sqrt(x)), aten.tanh: ("tanh", math.tanh),
     aten.sigmoid: ("sigmoid", lambda x: 1 / (1 + math.exp(-x))), aten.relu: ("relu", lambda x: max(x, 0)),
-    aten.sin: ("sin", math.sin), aten.cos: ("cos", math.cos), aten.erf: ("erf", math.erf),
-    aten.abs: ("abs", abs), aten.reciprocal: ("reciprocal", lambda x: 1 / x),
+    aten.erf: ("erf", math.erf),
     aten.sign: ("sign", lambda x: (x > 0) - (x < 0)),
 }
 
@@ -186,7 +286,66 @@ for _op, (_f, _py) in _ACT.items():
 
 @register_pointwise(aten.neg.default)
 def _neg(ctx, node, a):
-    return scalar_op(ctx, a, "multiply", -1, tile_dtype(node.meta["val"]))
+    val = node.meta["val"]
+    if not val.dtype.is_floating_point and a.kind != "scalar":
+        return integers.negate(ctx, a, val.dtype)
+    return scalar_op(ctx, a, "multiply", -1, tile_dtype(val))
+
+
+@register_pointwise(aten.abs.default)
+def _abs(ctx, node, a):
+    val = node.meta["val"]
+    if a.kind == "scalar":
+        return TVal.const(abs(a.scalar))
+    if not val.dtype.is_floating_point and val.dtype != torch.bool:
+        return integers.absolute(ctx, a, val.dtype)
+    return unary(ctx, "abs", a, tile_dtype(val))
+
+
+@register_pointwise(aten.sin.default, aten.cos.default)
+def _sin_cos(ctx, node, a):
+    """ScalarE ``sin`` is valid on [-pi, pi] only and there is no ``cos`` activation: reduce
+    ``x + shift`` (shift pi/2 for cos) to r in [-pi, pi] with k = round((x + shift) / 2pi) (r is
+    folded once more where the fp32 quotient rounded k the wrong way), then ``sin(r)``. r = x - k*C1 - k*C2 + shift with 2pi = C1 + C2 (Cody-Waite): C1 has 13 significant
+    bits, so k*C1 and x - k*C1 are exact in fp32 for |x| < 2**14, and the result is as accurate as
+    fp32 sin/cos of the same input (the shift is added after the reduction, not before)."""
+    shift = 0.0 if node.target is aten.sin.default else math.pi / 2
+    if a.kind == "scalar":
+        return TVal.const(math.sin(a.scalar + shift))
+    kb, kind = ctx.kb, a.kind
+    c1 = 6434.0 / 1024.0
+    c2 = 2 * math.pi - c1
+    t = ctx.new(kind, "float32")   # x / 2pi + shift / 2pi
+    kb.instr("vector", "tensor_scalar", t, {"data": a.region, "operand0": 1 / (2 * math.pi),
+                                          "operand1": shift / (2 * math.pi)}, op0="multiply", op1="add")
+    k = ctx.new(kind, "float32")   # round to nearest: + 1.5 * 2**23 - 1.5 * 2**23
+    kb.instr("vector", "tensor_scalar", k, {"data": t, "operand0": _ROUND, "operand1": _ROUND},
+             op0="add", op1="subtract")
+    kc1 = ctx.new(kind, "float32")
+    kb.instr("vector", "tensor_scalar", kc1, {"data": k, "operand0": c1}, op0="multiply")
+    r = ctx.new(kind, "float32")
+    kb.instr("vector", "tensor_tensor", r, {"data1": a.region, "data2": kc1}, op="subtract")
+    kc2 = ctx.new(kind, "float32")  # k*C2 - shift
+    kb.instr("vector", "tensor_scalar", kc2, {"data": k, "operand0": c2, "operand1": shift},
+             op0="multiply", op1="subtract")
+    r2 = ctx.new(kind, "float32")
+    kb.instr("vector", "tensor_tensor", r2, {"data1": r, "data2": kc2}, op="subtract")
+    # k may be off by one where (x + shift) / 2pi rounds across a half: fold |r| > pi back by 2pi
+    for cmp, limit, op in (("greater", _PI_F32, "subtract"), ("less", -_PI_F32, "add")):
+        kb.instr("vector", "tensor_scalar", kc1, {"data": r2, "operand0": limit,
+                                                "operand1": 2 * math.pi}, op0=cmp, op1="multiply")
+        kb.instr("vector", "tensor_tensor", r2, {"data1": r2, "data2": kc1}, op=op)
+    kb.instr("vector", "tensor_scalar", r2, {"data": r2, "operand0": _PI_F32, "operand1": -_PI_F32},
+             op0="minimum", op1="maximum")
+    for tile in (t, k, kc1, r, kc2):
+        kb.release(tile.tile)
+    return unary(ctx, "sin", TVal(kind, r2), tile_dtype(node.meta["val"]))
+
+
+#: 1.5 * 2**23: adding and subtracting it rounds an fp32 |x| < 2**22 to the nearest integer
+_ROUND = 12582912.0
+#: the largest fp32 not above pi (ScalarE sin's valid range is [-pi, pi])
+_PI_F32 = 3.1415925
 
 
 @register_pointwise(aten.gelu.default)
@@ -209,20 +368,23 @@ def _expm1(ctx, node, a):
 
 @register_pointwise(aten.pow.Tensor_Scalar)
 def _pow(ctx, node, a, e):
-    dt = tile_dtype(node.meta["val"])
+    val = node.meta["val"]
+    dt = tile_dtype(val)
     e = e.scalar if isinstance(e, TVal) else e
     if e == 1:
         return a
     if e == 2:
-        return binary(ctx, "multiply", a, a, dt)
+        return binary(ctx, "multiply", a, a, dt, val.dtype)
     if e == 3:
-        return binary(ctx, "multiply", binary(ctx, "multiply", a, a, dt), a, dt)
+        return binary(ctx, "multiply", binary(ctx, "multiply", a, a, dt, val.dtype), a, dt, val.dtype)
+    if not val.dtype.is_floating_point:
+        raise NotImplementedError(f"integer pow with exponent {e}")
     if e == 0.5:
         return unary(ctx, "sqrt", a, dt, py=math.sqrt)
     if e == -0.5:
         return unary(ctx, "rsqrt", a, dt, py=lambda x: x ** -0.5)
     if e == -1:
-        return unary(ctx, "reciprocal", a, dt, py=lambda x: 1 / x)
+        return _recip(ctx, node, a)
     if e == 0:
         return TVal.const(1.0 if dt.startswith("float") else 1)
     return scalar_op(ctx, a, "power", e, dt)
@@ -245,7 +407,11 @@ def _pow_scalar_base(ctx, node, base, e):
 
 @register_pointwise(aten.clamp.default)
 def _clamp(ctx, node, a, lo=None, hi=None):
-    dt = tile_dtype(node.meta["val"])
+    val = node.meta["val"]
+    dt = tile_dtype(val)
+    if not val.dtype.is_floating_point:  # exact integer max / min, bounds wrapped like eager's
+        return _clamp_t(ctx, node, a, None if lo is None else _wrap_scalar(node, TVal.const(_operand(lo))),
+                        None if hi is None else _wrap_scalar(node, TVal.const(_operand(hi))))
     if lo is not None and hi is not None:
         return scalar_op(ctx, a, "maximum", lo, dt, "minimum", hi)
     if lo is not None:
@@ -257,11 +423,15 @@ def _clamp(ctx, node, a, lo=None, hi=None):
 
 @register_pointwise(aten.clamp.Tensor)
 def _clamp_t(ctx, node, a, lo=None, hi=None):
-    dt = tile_dtype(node.meta["val"])
+    val = node.meta["val"]
+    dt = tile_dtype(val)
     if lo is not None:
-        a = binary(ctx, "maximum", a, lo, dt)
+        a = binary(ctx, "maximum", a, lo, dt, val.dtype)
     if hi is not None:
-        a = binary(ctx, "minimum", a, hi, dt)
+        a = binary(ctx, "minimum", a, hi, dt, val.dtype)
+    if lo is not None and hi is not None and a.kind != "scalar":
+        a.bound = integers.bound(lo) if integers.bound(hi) is None or integers.bound(lo) is None \
+            else max(integers.bound(lo), integers.bound(hi))
     return a
 
 
@@ -271,11 +441,15 @@ def _where(ctx, node, cond, a, b):
     if cond.kind == "scalar":
         return a if cond.scalar else b
     kind = "full" if "full" in (cond.kind, a.kind, b.kind) else "row"
+    pred = cond if cond.kind == kind else copy(ctx, cond, "uint8", kind)
+    if a.hi is not None or b.hi is not None:  # int64 words: select both
+        return integers.select(ctx, pred.region, a, b, kind)
     out = copy(ctx, b, dt, kind)
     src = a if a.kind == kind and a.dtype == dt else copy(ctx, a, dt, kind)
-    pred = cond if cond.kind == kind else copy(ctx, cond, "uint8", kind)
     ctx.kb.instr("vector", "tensor_copy_predicated", out.region,
                  {"src": src.region, "predicate": pred.region})
+    ba, bb = integers.bound(a), integers.bound(b)
+    out.bound = None if None in (ba, bb) or dt != "int32" else max(ba, bb)
     return out
 
 
@@ -294,8 +468,22 @@ def _cast(ctx, node, a, dtype=None, **kw):
     if a.kind == "scalar":
         return TVal.const(float(a.scalar) if val.dtype.is_floating_point else int(a.scalar))
     if val.dtype == torch.bool:
-        return scalar_op(ctx, a, "not_equal", 0, "uint8")
-    return copy(ctx, a, tdt)
+        if a.hi is not None:
+            return integers.nonzero(ctx, a)
+        r = scalar_op(ctx, a, "not_equal", 0, "uint8")
+        r.bound = 1
+        return r
+    if val.dtype.is_floating_point:
+        if a.hi is not None:
+            f = TVal(a.kind, integers.to_float(ctx, a))
+            return f if tdt == "float32" else copy(ctx, f, tdt)
+        r = copy(ctx, a, tdt)
+        r.bound = None
+        return r
+    r = copy(ctx, a, tdt)
+    if val.dtype != torch.int64 and r.hi is not None:  # int64 -> narrower: the low word, wrapped
+        r.hi, r.bound = None, None
+    return integers.wrap(ctx, r, val.dtype)
 
 
 # --- sources: values with no tensor inputs ----------------------------------------------------
@@ -304,6 +492,12 @@ def _cast(ctx, node, a, dtype=None, **kw):
 def _full(ctx, node, *args, **kw):
     value = args[1] if node.target is aten.full.default else args[0]
     return TVal.const(value.scalar if isinstance(value, TVal) else value)
+
+
+@register_pointwise(aten.empty_permuted.default, aten.empty.memory_format)
+def _empty(ctx, node, *args, **kw):
+    """Uninitialised memory: any value is correct; zero is the cheapest to make."""
+    return TVal.const(0.0 if node.meta["val"].dtype.is_floating_point else 0)
 
 
 @register_pointwise(aten.full_like.default)

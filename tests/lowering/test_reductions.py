@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 from _ops import check_cases, randn
 
+from neuron_inductor import compile as nic
+
 # (dims, keepdim) over a 3-D input; None = all axes
 DIMS = [((-1,), False), ((0,), False), ((1,), True), ((0, 2), False), (None, False)]
 
@@ -67,9 +69,21 @@ def test_two_full_reductions_combined():
 
 
 def test_any_all_int_sum():
+    """Integer reductions accumulate in fp32: lowered when the values are proven small (bools,
+    clamped or narrow integers), so every partial sum is an exact fp32 integer."""
     x = randn((300, 130))
     i = torch.randint(-5, 5, (300, 130), dtype=torch.int32)
-    check_cases(lambda x, i: ((x > 2).any(-1), (x > -3).all(0), i.sum(-1), i.amax(0)), [(x, i)])
+    check_cases(lambda x, i: ((x > 2).any(-1), (x > -3).all(0), i.clamp(-9, 9).sum(-1),
+                              i.to(torch.int8).amax(0), (x > 0).sum(0)), [(x, i)])
+
+
+def test_int32_sum_of_unbounded_values_is_a_declared_fallback():
+    """int32.sum() promotes to int64 in torch; a sum of int32 values of unknown range would round in
+    fp32 (2**30 + 2**30 + 3 ...), so it runs eagerly, declared, with torch's exact answer."""
+    i = torch.tensor([[2**30, 2**30, 3, -7]] * 3, dtype=torch.int32)
+    nic.fallback_ops.clear()
+    check_cases(lambda i: (i.sum(-1), i.amax(0)), [(i,)], fallback="warn", _allow_fallback=True)
+    assert any("sum" in k for k in nic.fallback_ops), dict(nic.fallback_ops)
 
 
 NORM_SHAPES = [(1, 1), (300, 130), (2, 129, 600)]
@@ -134,3 +148,33 @@ def test_cross_entropy_ignore_index():
     t[::3] = -100
     check_cases(lambda x, t: F.cross_entropy(x, t, ignore_index=-100), [(randn((300, 50)), t)],
                 grad=True)
+
+
+# --- reductions broadcast back with the right shape ----------------------------------------------
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_std_mean_backward_every_axis(dim):
+    """Returning both ``std`` and ``mean``: the backward divides the std's gradient by the std, a
+    [5, 5] value in the reduced space that is broadcast back with ``unsqueeze(dim)``. Its shape
+    alone aligns it to the domain's trailing axes; x.grad was off by up to 1.4 for dim=1, 2."""
+    x = torch.randn(5, 5, 5, generator=torch.Generator().manual_seed(3))
+    check_cases(lambda x: torch.std_mean(x, dim=dim), [(x,)], grad=True)
+
+
+def test_cosine_embedding_loss():
+    """``y == 1`` ([5]) selects between values computed from row sums: it lives in the reduced space
+    of the [5, 5] domain, not along its last axis (was ``operand0 must be a [5, 1] region, got
+    [5, 5]`` in the simulator)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 5, generator=g), torch.randn(5, 5, generator=g)
+    y = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    check_cases(lambda a, b, y: F.cosine_embedding_loss(a, b, y), [(a, b, y)], grad=True)
+
+
+@pytest.mark.parametrize("shape", [(0, 7), (7, 0), (3, 0, 5)], ids=str)
+def test_reduction_over_zero_rows(shape):
+    """A reduction over an empty extent gives the identity (mean: nan) and compiles; it was an IR
+    verifier error that sent the whole graph to eager."""
+    z = torch.randn(shape)
+    check_cases(lambda z: (z.sum(0), z.sum(-1) + 1, z.mean(-1), z.prod(0) * 2, (z > 0).any(-1),
+                           z.sum()), [(z,)])

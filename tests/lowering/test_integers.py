@@ -1,0 +1,121 @@
+"""Integer semantics equal torch's: wrap-around, promotion, exact comparisons, or a declared fallback.
+
+Every integer op we lower, per dtype, on values at the type's limits, negative and random, across a
+ragged number of 128-row tiles, compared exactly with eager. The only ops allowed to run eagerly are
+the declared refusals: an int64 multiply whose result may leave int32 and integer sums not proven
+exact in fp32.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _ops import check_cases
+
+from neuron_inductor import compile as nic
+
+INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+#: ops that may be declared fallbacks (and which dtypes may need them)
+DECLARED = {"aten.mul.Tensor": {torch.int64}, "aten.sum.dim_IntList": {torch.int32, torch.int64},
+            "aten.amax.default": {torch.int32, torch.int64}, "aten.amin.default": {torch.int32, torch.int64}}
+
+
+def _values(dtype: torch.dtype, rows: int = 130, cols: int = 9, seed: int = 0) -> torch.Tensor:
+    """Limits, their neighbours, -1/0/1 and random values of ``dtype``, as a [rows, cols] tensor."""
+    if dtype == torch.bool:
+        return torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed)) > 0.5
+    info = torch.iinfo(dtype)
+    special = [info.min, info.min + 1, -1, 0, 1, 2, info.max - 1, info.max, info.max // 3,
+               info.min // 3, 2**24 + 1, -(2**24) - 1, 2**31 - 1, -(2**31), 2**33 + 5, -(2**40)]
+    special = [v for v in special if info.min <= v <= info.max]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(info.min, info.max, (rows * cols,), generator=g, dtype=torch.int64)
+    x[:len(special)] = torch.tensor(special)
+    x[rows * cols // 2: rows * cols // 2 + len(special)] = torch.tensor(special[::-1])
+    return x.reshape(rows, cols).to(dtype)
+
+
+def _check(fn, args, dtype):
+    nic.fallback_ops.clear()
+    check_cases(fn, [args], fallback="warn", _allow_fallback=True)
+    bad = {k: v for k, v in nic.fallback_ops.items() if dtype not in DECLARED.get(k.split("(")[0], ())}
+    assert not bad, f"undeclared fallbacks for {dtype}: {bad}"
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_arithmetic_wraps(dtype):
+    a, b = _values(dtype), _values(dtype, seed=1).flip(0)
+    _check(lambda a, b: (a + b, a - b, a * b, -a, a.abs(), a * 3, a + 200, a - 7, 5 - a), (a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
+def test_comparisons_exact(dtype):
+    a, b = _values(dtype), _values(dtype, seed=1).flip(0)
+    outs = lambda a, b: (a == b, a != b, a > b, a >= b, a < b, a <= b, a == a, a > 0, a <= 1)  # noqa: E731
+    if dtype != torch.bool:
+        extra = lambda a, b: (a > 2**33, a == 2**24 + 1, a < -(2**31), a >= 100)  # noqa: E731
+        _check(lambda a, b: outs(a, b) + extra(a, b), (a, b), dtype)
+    else:
+        _check(outs, (a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_min_max_where_clamp(dtype):
+    a, b = _values(dtype), _values(dtype, seed=1).flip(0)
+    _check(lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.where(a > b, a, b),
+                         torch.where(a < 0, a, 0), a.clamp(-5, 100), a.clamp(min=0)), (a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
+def test_bitwise(dtype):
+    a, b = _values(dtype), _values(dtype, seed=1).flip(0)
+    _check(lambda a, b: (a & b, a | b, a ^ b, a & 1), (a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
+def test_casts_wrap(dtype):
+    a = _values(dtype)
+    _check(lambda a: tuple(a.to(d) for d in INTS + [torch.bool, torch.float32] if d != dtype), (a,), dtype)
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
+def test_sum_promotes(dtype):
+    """torch sums integers (and bools) into int64; small types are exact in fp32 here, int32 and
+    int64 of unknown range are declared fallbacks."""
+    a = _values(dtype)
+    _check(lambda a: (a.sum(-1), a.sum(0), (a > 0).sum(-1), a.amax(-1), a.amin(0)), (a,), dtype)
+
+
+def test_issue_repros():
+    """The reported cases: each gives torch's answer (or runs eagerly, declared)."""
+    r = torch.randint(0, 2**31 - 1, (300,), dtype=torch.int64, generator=torch.Generator().manual_seed(0))
+    t = torch.randint(0, 128256, (300,), dtype=torch.int64, generator=torch.Generator().manual_seed(1))
+    i = torch.tensor([2**30, -(2**30), 2**31 - 1, 5], dtype=torch.int32)
+    u = torch.tensor([100, 200, 0, 255], dtype=torch.uint8)
+    big = torch.tensor([2**33, 2**33 + 1, -5, 2**40], dtype=torch.int64)
+    nic.fallback_ops.clear()
+    check_cases(lambda r, t, i, u, big: (r * 128256 + t, i * 3, u + 200, i.sum(), big > 2**33, big + big),
+                [(r, t, i, u, big)], fallback="warn", _allow_fallback=True)
+    assert set(k.split("(")[0] for k in nic.fallback_ops) <= set(DECLARED), dict(nic.fallback_ops)
+
+
+def test_positions_against_int64_rows():
+    """A small value (an ``arange``) against int64 rows read from HBM (label ids, cache positions):
+    the fp32 compare with the low word is exact where the row fits in int32, the sign decides
+    elsewhere (one-hot compares and causal masks keep their one full-width compare)."""
+    special = [2**33, -(2**40), 5, -1, 0, 8, 2**31, -(2**31) - 1, 2**32 + 3, 3]
+    idx = torch.tensor(special * 13, dtype=torch.int64).reshape(130, 1)
+    _check(lambda idx: (torch.arange(9) == idx, torch.arange(9) < idx, torch.arange(9) >= idx,
+                        torch.arange(9) != idx, idx > torch.arange(9), idx <= torch.arange(9) - 4,
+                        torch.arange(9).view(1, 9) == idx.view(130, 1).expand(130, 9)),
+           (idx,), torch.int64)
+
+
+def test_int64_differences_against_zero():
+    """Causal / window masks from int64 positions read from HBM: ``q - k <= 0`` and friends on word
+    pairs (the sign of the high word, and lo | hi == 0)."""
+    special = [2**33, -(2**40), 5, -1, 0, 8, 2**31, -(2**31) - 1, 2**32, 3]
+    q = torch.tensor(special * 13, dtype=torch.int64).reshape(130, 1)
+    k = torch.tensor(special[::-1], dtype=torch.int64).reshape(1, 10)
+    _check(lambda q, k: ((q - k) <= 0, (q - k) > 0, (q - k) == 0, (q - k) != 0, (q - k) < 0,
+                         (k - q) >= 0, 0 > (q - k)), (q, k), torch.int64)
