@@ -184,8 +184,12 @@ class _KernelVerifier:
         self.check_syms(exprs, loops, s, ranges)
         if a.indirect is not None:
             self.region(a.indirect, loops, visible, s, ranges)
-            if a.indirect.memory != "sbuf" or a.indirect.dtype != "int32":
-                self.fail("dma-memory", "indirect offsets must be an int32 SBUF tile", s, ranges)
+            if a.indirect.memory != "sbuf" or a.indirect.dtype != "uint32":
+                self.fail("dma-memory", "indirect offsets must be a uint32 SBUF tile", s, ranges)
+            if a.view is None or a.view[0] * a.view[1] != a.tensor.numel or a.view[1] != a.pattern[0][0]:
+                self.fail("dma-memory", f"indirect access on {a.tensor.name} needs a (rows, row) view "
+                          f"of all {a.tensor.numel} elements with row == the pattern's row stride "
+                          f"{a.pattern[0][0]} (got {a.view})", s, ranges)
         # first / last element touched, composed as text (building sympy Min/Max terms is slow)
         from ..codegen.exprs import ExprError, pyexpr
         try:
