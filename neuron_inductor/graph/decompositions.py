@@ -2,9 +2,9 @@
 
 We start from PyTorch's core-ATen decompositions, add the composite ops that core ATen keeps
 (softmax, layer norm, their backwards, var) and our own rewrites that turn index-heavy ops into shapes
-the hardware likes: a single-index ``gather``/``scatter`` along the last axis becomes a compare with
-an iota (a fused masked reduction / select), and the embedding backward becomes a one-hot matmul on
-TensorE instead of a scatter-add.
+the hardware likes: ``gather``/``scatter_add`` (decompositions_gather.py) and a single-index
+``scatter`` along the last axis become compares with an iota (fused masked reductions / selects),
+and the embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+
+from .decompositions_gather import GATHER_DECOMPOSITIONS
 
 aten = torch.ops.aten
 
@@ -40,17 +42,6 @@ def _register(op) -> Callable:
 
 def _last_axis(x: torch.Tensor, dim: int) -> bool:
     return dim % max(x.dim(), 1) == x.dim() - 1
-
-
-@_register(aten.gather.default)
-def gather(x: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool = False):
-    """Pick one element per row along the last axis (the cross-entropy pattern) as a masked sum."""
-    if not (_last_axis(x, dim) and index.shape[-1] == 1 and x.dim() == index.dim()):
-        return NotImplemented
-    iota = aten.arange.start_step(0, x.shape[-1], 1, dtype=torch.int64, device=x.device)
-    hit = aten.eq.Tensor(iota, index)
-    return aten.sum.dim_IntList(aten.where.self(hit, x, aten.scalar_tensor.default(0, dtype=x.dtype)),
-                                [-1], True)
 
 
 @_register(aten.scatter.value)
@@ -290,5 +281,6 @@ def decomposition_table() -> dict:
     # keep ops we lower directly out of the table
     for op in (aten.gelu.default,):
         table.pop(op, None)
+    table.update(GATHER_DECOMPOSITIONS)
     table.update(_own)
     return table
