@@ -161,10 +161,26 @@ def index_rows(x: torch.Tensor, indices):
 def index_put_accumulate(x: torch.Tensor, indices, values: torch.Tensor, accumulate: bool = False):
     """``x.index_put_([idx], v, accumulate=True)`` on dim 0 (the backward of a row gather) as
     ``x + onehot(idx)^T @ v``: a TensorE matmul in which duplicate rows add up, instead of a
-    read-modify-write scatter."""
-    if not accumulate or len(indices) != 1 or indices[0] is None \
-            or indices[0].dtype not in (torch.int64, torch.int32) or not x.is_floating_point():
+    read-modify-write scatter. An index on a later dim (``[None, idx]``: index_select's backward
+    along dim 1) is the same with that dim moved to the front."""
+    k = len(indices) - 1
+    if not accumulate or not indices or any(i is not None for i in indices[:-1]) or indices[-1] is None \
+            or indices[-1].dtype not in (torch.int64, torch.int32) or not x.is_floating_point() \
+            or k >= x.dim():
         return NotImplemented
+    if k:
+        idx = indices[-1]
+        # values broadcast against x[:, ..., idx, ...]: dims before k, idx's dims, the rest
+        target = list(x.shape[:k]) + list(idx.shape) + list(x.shape[k + 1:])
+        vals = aten.expand.default(values, target)
+        ni = idx.dim()
+        perm = list(range(k, k + ni)) + list(range(k)) + list(range(k + ni, len(target)))
+        xm = aten.permute.default(x, [k] + list(range(k)) + list(range(k + 1, x.dim())))
+        out = index_put_accumulate(xm, [idx], aten.permute.default(vals, perm), True)
+        if out is NotImplemented:
+            return out
+        back = list(range(1, k + 1)) + [0] + list(range(k + 1, x.dim()))
+        return aten.permute.default(out, back)
     idx = indices[0]
     rows, rest = x.shape[0], list(x.shape[1:])
     width = 1

@@ -88,10 +88,14 @@ class _FusedLowering:
         for n in group.nodes:
             if any(a in self.col_post or a in self.col_reds for a in n.all_input_nodes):
                 self.col_post.add(n)
+        col_numel = math.prod(D) // max(math.prod(D[c] for c in C), 1) if C else 0
         for n in self.col_post:
             if n.target in REDUCTIONS or any(a in self.members and a not in self.col_post
                                              and a not in self.col_reds for a in n.all_input_nodes):
                 raise LoweringError(f"{n.name} needs a value of the row loop after the column sums")
+            if math.prod(n.meta["val"].shape) > col_numel:
+                # evaluated once after the row loops, it would write only its first row tile
+                raise LoweringError(f"{n.name} broadcasts a column sum back over the summed axes")
         self.post: set[fx.Node] = set()
         # values computed from a row reduction's result (its dependents in the group, transitively)
         for n in group.nodes:

@@ -1,0 +1,55 @@
+"""Programs a differential fuzzer found wrong or broken (tests/fuzz/gen.py, benchmarks/fuzz.py), one
+test each, copied as found: forward and, where they have gradients, backward against eager, with no
+op left to a host fallback."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import neuron_inductor.compile as nc
+from tests._compare import check
+
+
+def check_no_fallback(fn, *args, grad: bool = True, **kw):
+    nc.reset_counters()
+    out = check(fn, *args, grad=grad, **kw)
+    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    return out
+
+
+def test_index_select_dim1_softmax_log_softmax_expand_pow_backward_writes_every_tile():
+    """Backward stopped with ``[output-not-written] 1536 of 1539 elements`` in 'k3_sum_mul_sub': a
+    sum over the partition axis (a column sum) broadcast back over the summed axis was evaluated
+    once after the row loops, writing only the first row; index_select's backward along dim 1
+    (index_put accumulate on [None, idx]) fell back to the host."""
+    torch.manual_seed(0)
+
+    def fn(x1, i0):
+        v1 = torch.index_select(x1.softmax(0), 1, i0)
+        v3 = v1.log_softmax(-2).unsqueeze(2).expand(513, 3, 4)
+        return ((v3.abs() + 1).pow(-1.5),)
+    check_no_fallback(fn, torch.randn(513, 3), torch.randint(0, 3, (3,)))
+
+
+def test_gather_index_smaller_than_input_on_every_dim_has_the_index_shape():
+    """Compiled returned [256, 16], eager [1, 16]: the gather's compare broadcast the [1, 1] index
+    against all 256 rows of the input."""
+    torch.manual_seed(0)
+
+    def f1(x0, w0, w1, x1, x2, i0, w2, w3):
+        v2 = (x0 @ w0).to(torch.bfloat16).float() @ w1
+        v4 = torch.where(x1 > 0.0, v2, x1) + x2
+        return F.linear(torch.gather(v4, -1, i0), w2, w3)
+    r = torch.randn
+    out = check_no_fallback(f1, r(256, 32), r(32, 100), r(100, 300), r(300), r(256, 1),
+                            torch.randint(0, 300, (1, 1)), r(16, 1), r(16), atol=1e-4, rtol=1e-4)
+    assert out.shape == (1, 16)
+
+
+def test_gather_index_with_fewer_rows_than_the_input():
+    """Compile error "Attempting to broadcast a dimension of length 7 at -2"."""
+    torch.manual_seed(0)
+
+    def f2(x0, i0):
+        return torch.gather(x0, 1, i0) * 0.25
+    check_no_fallback(f2, torch.randn(7, 16), torch.randint(0, 16, (3, 1)))
