@@ -503,8 +503,11 @@ class _FusedLowering:
                 out.append(n)
         return out
 
-    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict) -> None:
-        """Recycle the tiles of values whose last use in this pass was ``n``."""
+    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict, loads: dict) -> None:
+        """Recycle the tiles of values whose last use in this pass was ``n``. A tile that also holds
+        a cached leaf load stays: a member computed through a view of a leaf (``clone(x[:, ::2])``)
+        shares the load's tile, and later readers of the leaf get that cached tile."""
+        held = {id(v.region.tile) for v in loads.values() if v.region is not None}
         for a in set(n.all_input_nodes):
             if a not in remaining:
                 continue
@@ -514,7 +517,7 @@ class _FusedLowering:
                 if v is not None and v.region is not None:
                     t = v.region.tile
                     refs[t] = refs.get(t, 1) - 1
-                    if refs[t] == 0:
+                    if refs[t] == 0 and id(t) not in held:
                         self.kb.release(t)
 
     def _eval(self, accs, pre_only: bool = False, post_only: bool = False) -> None:
@@ -557,7 +560,7 @@ class _FusedLowering:
             v = self.vals.get(n)
             if v is not None and v.region is not None and n in remaining:
                 refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
-            self._release_dead(n, remaining, refs)
+            self._release_dead(n, remaining, refs, loads)
 
     def _compute(self, n: fx.Node, loads) -> TVal:
         """The value of a view or pointwise node from its arguments' values."""
