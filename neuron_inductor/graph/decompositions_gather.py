@@ -5,7 +5,7 @@ than ``x`` on *every* dim, and then only the leading part of ``x`` along the oth
 first narrow ``x`` to that part, then either
 
 * compare with an iota and take a masked sum along ``dim`` (one fused pointwise + reduction, the
-  cross-entropy pattern) while ``index.shape[dim] * x.shape[dim]`` stays small, or
+  cross-entropy pattern) while the compare (index elements x ``x.shape[dim]``) stays small, or
 * gather single elements with one flat ``index_select`` (an indirect DMA) at flat offsets computed
   from the index, for wide gathers where the compare would be quadratic.
 
@@ -19,8 +19,9 @@ import torch
 
 aten = torch.ops.aten
 
-#: index positions x table length up to which a gather is a compare + masked sum (per row)
-COMPARE_LIMIT = 1 << 16
+#: compare size (index elements x length of the gathered axis) up to which a gather or scatter_add
+#: is a compare + masked sum; wider gathers move single elements, wider scatter_adds fall back
+COMPARE_LIMIT = 1 << 20
 
 
 def _narrow_to(x: torch.Tensor, shape, skip: int) -> torch.Tensor:
@@ -58,7 +59,7 @@ def gather(x: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool 
     d = dim % x.dim()
     n, m = x.shape[d], index.shape[d]
     x = _narrow_to(x, index.shape, d)
-    if m * n <= COMPARE_LIMIT:
+    if index.numel() * n <= COMPARE_LIMIT:
         xl, il = _to_last(x, d), _to_last(index, d)
         iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
         if m == 1:  # one pick per row: keep the reduced dim (the cross-entropy shape)
@@ -98,8 +99,8 @@ def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
     if not _legal(x, index) or src.dim() != x.dim() or not x.is_floating_point():
         return NotImplemented
     d = dim % x.dim()
-    n, m = x.shape[d], index.shape[d]
-    if m * n > COMPARE_LIMIT:
+    n = x.shape[d]
+    if index.numel() * n > COMPARE_LIMIT:
         return NotImplemented
     src = _narrow_to(src, index.shape, -1)
     il, sl = _to_last(index, d), _to_last(src, d)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import neuron_inductor.compile as nc
+from neuron_inductor.graph.decompositions import decomposition_table
 from tests._compare import check
 
 
@@ -38,9 +40,11 @@ def test_gather_repeated_indices_int32_and_bf16():
 
 
 def test_wide_gather_is_a_flat_element_gather():
-    """index positions x row length above the compare limit: one flat index_select, exact."""
-    x = torch.randn(3, 600)
-    idx = torch.randint(0, 600, (2, 300))
+    """index elements x row length above the compare limit: one flat index_select, exact."""
+    x = torch.randn(3, 4000)
+    idx = torch.randint(0, 4000, (2, 300))
+    gm = make_fx(lambda x, i: torch.gather(x, 1, i), decomposition_table=decomposition_table())(x, idx)
+    assert any(n.target is torch.ops.aten.index_select.default for n in gm.graph.nodes)
     check_no_fallback(lambda x, i: torch.gather(x, 1, i) + 1, x, idx, grad=False)
 
 
