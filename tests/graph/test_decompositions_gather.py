@@ -55,3 +55,12 @@ def test_scatter_add_smaller_index_and_src():
     # (eager's own backward refuses a src bigger than the index, so forward only there)
     check_no_fallback(lambda x, i, s: x.scatter_add(1, i, s), x, idx, src, grad=False)
     check_no_fallback(lambda x, i, s: x.scatter_add(0, i, s), x, idx.clamp(max=5), src[:2, :3])
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_select_backward_any_axis_repeated_indices(dim):
+    """index_select's backward is index_put(accumulate=True) on [None, .., idx]: a one-hot matmul
+    with the indexed axis moved first; repeated indices add up."""
+    x = torch.randn(5, 130, 3)
+    idx = torch.tensor([2, 0, 2, 2, 1])
+    check_no_fallback(lambda x, i: torch.index_select(x, dim, i).tanh(), x, idx)

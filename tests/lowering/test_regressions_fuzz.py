@@ -76,3 +76,26 @@ def test_where_over_a_strided_slice_that_also_feeds_a_softmax():
         return (v11, v9, v6)
     r = torch.randn
     check_no_fallback(f3, r(7, 32, 32, 100), r(32, 300), 1 + 0.1 * r(32), r(49), **BF16)
+
+
+def test_reduced_shape_value_that_does_not_read_the_reduction_is_not_fused_misaligned():
+    """fuzz seed 116: ``[shape] nisa.tensor_scalar: operand0 must be a [128, 1] region, got
+    [128, 7]`` in the backward. expand's gradient sums a [7, 7, 1, 513, 1] tangent over axis 1;
+    ``tanh(x0)`` ([7, 1, 513, 1], the reduced shape) joined that group without reading the sum,
+    so lowering broadcast it right-aligned over the domain (its dim 0 on the summed axis)."""
+    torch.manual_seed(116)
+
+    def prog(x0, x1):
+        v0 = torch.tanh(x0)
+        v1 = torch.add(x1, v0, alpha=0.5)
+        v5 = v1.unsqueeze(1).expand(7, 7, 1, 513, 1)
+        return (v5,)
+    check_no_fallback(prog, torch.randn(7, 1, 513, 1), torch.randn(513, 1))
+
+
+def test_cosine_embedding_loss_backward():
+    """``operand0 must be a [5, 1] region, got [5, 5]`` in 'k0_mul_sum': the same misaligned
+    reduced-shape value, a row statistic's input fused next to the sum over rows."""
+    torch.manual_seed(0)
+    check_no_fallback(lambda a, b, y: F.cosine_embedding_loss(a, b, y), torch.randn(5, 5),
+                      torch.randn(5, 5), torch.tensor([1, -1, 1, 1, -1]))
