@@ -71,7 +71,10 @@ def _inputs(args, grad: bool) -> list:
 def run(p: Program, grad: bool = True) -> Outcome:
     """Eager vs compiled, forward and (``grad``) backward with the same random output seeds."""
     import neuron_inductor.compile as nc
-    fn, args = p.build()
+    try:
+        fn, args = p.build()
+    except Exception as e:  # noqa: BLE001 - a program that cannot be built is the generator's fault
+        return Outcome("invalid", f"build: {type(e).__name__}: {e}".splitlines()[0])
     ea = _inputs(args, grad)
     try:
         want = _tensors(fn(*ea))

@@ -28,7 +28,7 @@ class Input:
     hi: int = 0
 
     def source(self) -> str:
-        shp = ", ".join(map(str, self.shape))
+        shp = ", ".join(map(str, self.shape)) if self.shape else "()"
         if self.kind == "int":
             return f"torch.randint(0, {self.hi}, ({shp}{',' if len(self.shape) == 1 else ''}))"
         if self.kind == "pos":
@@ -144,6 +144,7 @@ class _Gen:
         "torch.sqrt({0}.abs() + 0.01)", "({0}.abs() + 1).pow(-1.5)", "{0}.pow(2)", "torch.sigmoid({0})",
         "torch.tanh({0})", "F.silu({0})", "F.gelu({0})", "torch.relu({0})", "-{0}", "{0}.abs()",
         "{0} * 0.5 + 0.25", "torch.sin({0})", "torch.cos({0})", "F.softplus({0})",
+        "{0}.clamp(-0.5, 1.0)", "{0}.masked_fill({0} > 1.0, 0.0)",
     ]
     BINARY = ["{0} + {1}", "{0} - {1}", "{0} * {1}", "{0} / ({1}.abs() + 1)", "torch.maximum({0}, {1})",
               "torch.minimum({0}, {1})", "torch.add({0}, {1}, alpha=0.5)"]
@@ -216,7 +217,20 @@ class _Gen:
             return False
         d = self.rng.randrange(len(v.shape))
         dn = self.rng.choice([d, d - len(v.shape)])
-        kind = self.rng.choice(["sum", "mean", "amax", "softmax", "log_softmax", "var", "var"])
+        kind = self.rng.choice(["sum", "mean", "amax", "softmax", "log_softmax", "var", "var", "multi"])
+        if kind == "multi":  # several axes (or all of them) at once
+            if len(v.shape) < 2:
+                return False
+            axes = sorted(self.rng.sample(range(len(v.shape)), self.rng.randint(2, len(v.shape))))
+            keep = self.rng.random() < 0.5
+            shape = tuple(1 if k in axes else s for k, s in enumerate(v.shape)) if keep else \
+                tuple(s for k, s in enumerate(v.shape) if k not in axes) or ()
+            if not shape:
+                self.emit("{0}.sum() * 0.01", [v.name], ())
+                return True
+            red = self.rng.choice(["sum", "mean"])
+            self.emit(f"{{0}}.{red}({axes}{', keepdim=True' if keep else ''})", [v.name], shape)
+            return True
         keep = self.rng.random() < 0.5
         if kind in ("softmax", "log_softmax"):
             self.emit(f"{{0}}.{kind}({dn})", [v.name], v.shape)
@@ -267,11 +281,18 @@ class _Gen:
         return True
 
     def op_view(self) -> bool:
-        v = self.pick()
+        v = self.pick(lambda v: len(v.shape) >= 1)
         if v is None:
             return False
         r = len(v.shape)
-        kind = self.rng.choice(["slice", "slice", "transpose", "expand", "unsqueeze", "reshape"])
+        kind = self.rng.choice(["slice", "slice", "transpose", "expand", "unsqueeze", "reshape", "permute"])
+        if kind == "permute":
+            if r < 3:
+                return False
+            perm = list(range(r))
+            self.rng.shuffle(perm)
+            self.emit(f"{{0}}.permute({', '.join(map(str, perm))})", [v.name], tuple(v.shape[k] for k in perm))
+            return True
         if kind == "slice":
             d = self.rng.randrange(r)
             n = v.shape[d]
@@ -317,7 +338,7 @@ class _Gen:
         return True
 
     def op_index(self) -> bool:
-        v = self.pick()
+        v = self.pick(lambda v: len(v.shape) >= 1)
         if v is None:
             return False
         r = len(v.shape)

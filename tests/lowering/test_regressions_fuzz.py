@@ -95,7 +95,8 @@ def test_reduced_shape_value_that_does_not_read_the_reduction_is_not_fused_misal
 
 def test_cosine_embedding_loss_backward():
     """``operand0 must be a [5, 1] region, got [5, 5]`` in 'k0_mul_sum': the same misaligned
-    reduced-shape value, a row statistic's input fused next to the sum over rows."""
+    reduced-shape value, a row statistic's input fused next to the sum over rows. Its forward
+    builds a constant as ``full_like(empty_permuted(...))``, which ran on the host."""
     torch.manual_seed(0)
     check_no_fallback(lambda a, b, y: F.cosine_embedding_loss(a, b, y), torch.randn(5, 5),
                       torch.randn(5, 5), torch.tensor([1, -1, 1, 1, -1]))
