@@ -205,8 +205,12 @@ class _Checker:
         elif isinstance(f, ast.Attribute):
             if f.attr == "ap" and isinstance(f.value, ast.Name):
                 self.name_ok(f.value, f.value.id)
+            elif f.attr == "ap" and _is_reshape(f.value):  # <tensor>.reshape((r, c)).ap(...)
+                self.call(f.value)
+            elif _is_reshape(c):
+                self.name_ok(f.value, f.value.id)
             elif _root(f) not in NKI_ROOTS:
-                self.fail(c, "only nl.*, nisa.* and <tensor>.ap(...) may be called")
+                self.fail(c, "only nl.*, nisa.*, <tensor>.ap(...) and <tensor>.reshape((r, c)) may be called")
             else:
                 self.attrs_ok(f)
         else:
@@ -228,6 +232,14 @@ def _is_target_record(node: ast.stmt) -> bool:
     return (isinstance(node, ast.Assign) and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name) and node.targets[0].id == KERNEL_TARGET_NAME
             and isinstance(node.value, ast.Constant) and node.value.value in TARGETS)
+
+
+def _is_reshape(e: ast.expr) -> bool:
+    """``<name>.reshape((int, int))``: the 2-D view an indirect DMA takes its row stride from."""
+    return (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "reshape"
+            and isinstance(e.func.value, ast.Name) and len(e.args) == 1 and not e.keywords
+            and isinstance(e.args[0], ast.Tuple)
+            and all(isinstance(x, ast.Constant) and type(x.value) is int for x in e.args[0].elts))
 
 
 def _is_docstring(s: ast.stmt) -> bool:

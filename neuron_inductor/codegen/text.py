@@ -50,9 +50,11 @@ def region(r: TileRegion, ranges: Ranges | None = None, names: Names | None = No
 
 
 def access(a: HBMAccess, ranges: Ranges | None = None, names: Names | None = None) -> str:
-    """``x.ap(pattern=[[s, c], ...], offset=e)`` (+ ``vector_offset=, indirect_dim=0`` for gathers)."""
+    """``x.ap(pattern=[[s, c], ...], offset=e)``; a gather/scatter reads
+    ``x.reshape((rows, row)).ap(..., vector_offset=idx, indirect_dim=0)``."""
     pat = ", ".join(f"[{pyexpr(s, ranges)}, {_size(c, ranges, names)}]" for s, c in a.pattern)
-    text = f"{a.tensor.name}.ap(pattern=[{pat}], offset={pyexpr(a.offset, ranges)}"
+    base = a.tensor.name if a.view is None else f"{a.tensor.name}.reshape(({a.view[0]}, {a.view[1]}))"
+    text = f"{base}.ap(pattern=[{pat}], offset={pyexpr(a.offset, ranges)}"
     if a.indirect is not None:
         text += f", vector_offset={region(a.indirect, ranges, names)}, indirect_dim=0"
     return text + ")"

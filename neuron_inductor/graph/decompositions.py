@@ -2,9 +2,9 @@
 
 We start from PyTorch's core-ATen decompositions, add the composite ops that core ATen keeps
 (softmax, layer norm, their backwards, var) and our own rewrites that turn index-heavy ops into shapes
-the hardware likes: a single-index ``gather``/``scatter`` along the last axis becomes a compare with
-an iota (a fused masked reduction / select), and the embedding backward becomes a one-hot matmul on
-TensorE instead of a scatter-add.
+the hardware likes: ``gather``/``scatter_add`` (decompositions_gather.py) and a single-index
+``scatter`` along the last axis become compares with an iota (fused masked reductions / selects),
+and the embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+
+from .decompositions_gather import GATHER_DECOMPOSITIONS
 
 aten = torch.ops.aten
 
@@ -40,17 +42,6 @@ def _register(op) -> Callable:
 
 def _last_axis(x: torch.Tensor, dim: int) -> bool:
     return dim % max(x.dim(), 1) == x.dim() - 1
-
-
-@_register(aten.gather.default)
-def gather(x: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool = False):
-    """Pick one element per row along the last axis (the cross-entropy pattern) as a masked sum."""
-    if not (_last_axis(x, dim) and index.shape[-1] == 1 and x.dim() == index.dim()):
-        return NotImplemented
-    iota = aten.arange.start_step(0, x.shape[-1], 1, dtype=torch.int64, device=x.device)
-    hit = aten.eq.Tensor(iota, index)
-    return aten.sum.dim_IntList(aten.where.self(hit, x, aten.scalar_tensor.default(0, dtype=x.dtype)),
-                                [-1], True)
 
 
 @_register(aten.scatter.value)
@@ -170,12 +161,28 @@ def index_rows(x: torch.Tensor, indices):
 def index_put_accumulate(x: torch.Tensor, indices, values: torch.Tensor, accumulate: bool = False):
     """``x.index_put_([idx], v, accumulate=True)`` on dim 0 (the backward of a row gather) as
     ``x + onehot(idx)^T @ v``: a TensorE matmul in which duplicate rows add up, instead of a
-    read-modify-write scatter."""
+    read-modify-write scatter. An index on a later dim (``[None, idx]``: index_select's backward
+    along dim 1) is the same with that dim moved to the front."""
     if not accumulate:
         return _masked_fill(x, indices, values)
-    if len(indices) != 1 or indices[0] is None \
-            or indices[0].dtype not in (torch.int64, torch.int32) or not x.is_floating_point():
+    k = len(indices) - 1
+    if not indices or any(i is not None for i in indices[:-1]) or indices[-1] is None \
+            or indices[-1].dtype not in (torch.int64, torch.int32) or not x.is_floating_point() \
+            or k >= x.dim():
         return NotImplemented
+    if k:
+        idx = indices[-1]
+        # values broadcast against x[:, ..., idx, ...]: dims before k, idx's dims, the rest
+        target = list(x.shape[:k]) + list(idx.shape) + list(x.shape[k + 1:])
+        vals = aten.expand.default(values, target)
+        ni = idx.dim()
+        perm = list(range(k, k + ni)) + list(range(k)) + list(range(k + ni, len(target)))
+        xm = aten.permute.default(x, [k] + list(range(k)) + list(range(k + 1, x.dim())))
+        out = index_put_accumulate(xm, [idx], aten.permute.default(vals, perm), True)
+        if out is NotImplemented:
+            return out
+        back = list(range(1, k + 1)) + [0] + list(range(k + 1, x.dim()))
+        return aten.permute.default(out, back)
     idx = indices[0]
     rows, rest = x.shape[0], list(x.shape[1:])
     width = 1
@@ -338,6 +345,7 @@ def decomposition_table() -> dict:
     # keep ops we lower directly out of the table
     for op in (aten.gelu.default,):
         table.pop(op, None)
+    table.update(GATHER_DECOMPOSITIONS)
     table.update(_own)
     from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
     from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls

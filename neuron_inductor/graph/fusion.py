@@ -97,6 +97,13 @@ def _reduced_shapes(domain, axes) -> list[list[int]]:
     return [kept, keep1]
 
 
+def _leads(shape, domain, axes) -> bool:
+    """``shape`` (a reduced shape of ``domain``) broadcast right-aligned puts every kept dim on
+    its own domain axis."""
+    lead = len(domain) - len(shape)
+    return lead == 0 or all(a < lead for a in axes)
+
+
 def _is_sum(n: fx.Node) -> bool:
     """A float sum (or mean): what TensorE can add over partitions."""
     return REDUCTIONS[n.target][0] == "add" and val(n).dtype.is_floating_point
@@ -286,7 +293,11 @@ class Partitioner:
         if _fits(shape, g.domain):
             return True
         if g.reduce_axes and shape in _reduced_shapes(g.domain, g.reduce_axes):
-            return True
+            # a value of the reduced space: lowering evaluates it after the reduction when it reads
+            # one; otherwise it is read like any input, broadcast right-aligned over the domain,
+            # which is only its place when the reduced axes lead ([513] in a [7, 513] sum over 0,
+            # not [7, 513] in a [7, 7, 513] sum over 1)
+            return self._after(g, n, g.reduce_axes, {}) or _leads(shape, g.domain, g.reduce_axes)
         return False
 
     def run(self) -> list[Group]:

@@ -114,8 +114,28 @@ def strip_rng_wrappers(gm: fx.GraphModule) -> None:
             g.erase_node(node)
 
 
+def full_like_to_full(gm: fx.GraphModule) -> None:
+    """``full_like(x, v)`` with a contiguous result is ``full(shape, v)``: it reads only x's shape,
+    and x is often an ``empty_permuted``/``empty`` (torch's refs build constants that way) that has
+    no lowering and would otherwise run on the host before dead-code elimination drops it."""
+    g = gm.graph
+    for node in list(g.nodes):
+        if node.op != "call_function" or node.target is not aten.full_like.default:
+            continue
+        v = node.meta.get("val")
+        if not isinstance(v, torch.Tensor) or not v.is_contiguous():
+            continue
+        with g.inserting_before(node):
+            full = g.call_function(aten.full.default, (list(v.shape), node.args[1]),
+                                   {"dtype": v.dtype, "device": v.device})
+            full.meta["val"] = v
+        node.replace_all_uses_with(full)
+        g.erase_node(node)
+
+
 PASSES: list[Callable[[fx.GraphModule], None]] = [
     strip_rng_wrappers,
+    full_like_to_full,
     common_subexpression_elimination,
     dead_code_elimination,
 ]

@@ -119,14 +119,18 @@ class HBMAccess:
 
     ``pattern`` is ``((stride, count), ...)`` in elements, partition dimension first; the element read
     for index ``(p, f1, f2, ...)`` is ``offset + p*pattern[0][0] + f1*pattern[1][0] + ...``.
-    With ``indirect`` set (an int32 ``[P, 1]`` SBUF region), the partition term becomes
-    ``indirect[p] * pattern[0][0]``: a gather (load) or scatter (store) of rows.
+    With ``indirect`` set (a uint32 ``[P, 1]`` SBUF region), the partition term becomes
+    ``indirect[p] * row``: a gather (load) or scatter (store) of rows. The hardware takes ``row`` from
+    the shape of the tensor ``.ap`` is called on (the elements right of its dim 0), not from the
+    pattern, so an indirect access names ``view``: the ``(rows, row)`` shape the flat tensor is
+    reshaped to in the kernel, with ``row == pattern[0][0]``.
     """
 
     tensor: HBMTensor
     offset: Expr
     pattern: tuple[tuple[Expr, Expr], ...]
     indirect: TileRegion | None = None
+    view: tuple[int, int] | None = None
 
     @property
     def sizes(self) -> tuple[Expr, ...]:

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import sympy
 
-from ..spec import INT_DTYPES, Opnd, check_indirect, check_instr, reduce_axis_finding
+from ..spec import Opnd, check_indirect, check_instr, reduce_axis_finding
 from ..target import Target
 from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
@@ -200,8 +200,12 @@ class _KernelVerifier:
         self.check_syms(exprs, loops, s, ranges)
         if a.indirect is not None:
             self.region(a.indirect, loops, visible, s, ranges)
-            if a.indirect.dtype not in INT_DTYPES:
-                self.fail("indirect-dma", "indirect offsets must be an integer tile", s, ranges)
+            if a.indirect.memory != "sbuf" or a.indirect.dtype != "uint32":
+                self.fail("indirect-dma", "indirect offsets must be a uint32 SBUF tile", s, ranges)
+            if a.view is None or a.view[0] * a.view[1] != a.tensor.numel:
+                self.fail("indirect-dma-row-stride", f"indirect access on {a.tensor.name} needs a (rows, row) "
+                          f"view of all {a.tensor.numel} elements, whose shape gives the row stride "
+                          f"(got {a.view})", s, ranges)
         # first / last element touched, composed as text (building sympy Min/Max terms is slow)
         from ..codegen.exprs import ExprError, pyexpr
         try:
@@ -233,7 +237,7 @@ class _KernelVerifier:
         self.region(r, loops, visible, s, ranges)
         findings = check_instr("dma_copy", "dma", self.t, {"dst": _opnd(s.dst), "src": _opnd(s.src)})
         if a.indirect is not None:
-            base = tuple(getattr(a.tensor, "shape", None) or (a.tensor.numel,))
+            base = tuple(a.view) if a.view is not None else (a.tensor.numel,)
             pattern = [[x if _is_int(x) else None for x in pair] for pair in a.pattern]
             findings += check_indirect(base, "hbm", pattern, 0, _opnd(a.indirect))
         self.spec_findings(findings, s, ranges)

@@ -92,10 +92,14 @@ class _FusedLowering:
         for n in group.nodes:
             if any(a in self.col_post or a in self.col_reds for a in n.all_input_nodes):
                 self.col_post.add(n)
+        col_numel = math.prod(D) // max(math.prod(D[c] for c in C), 1) if C else 0
         for n in self.col_post:
             if n.target in REDUCTIONS or any(a in self.members and a not in self.col_post
                                              and a not in self.col_reds for a in n.all_input_nodes):
                 raise LoweringError(f"{n.name} needs a value of the row loop after the column sums")
+            if math.prod(n.meta["val"].shape) > col_numel:
+                # evaluated once after the row loops, it would write only its first row tile
+                raise LoweringError(f"{n.name} broadcasts a column sum back over the summed axes")
         self.post: set[fx.Node] = set()
         # values computed from a row reduction's result (its dependents in the group, transitively)
         for n in group.nodes:
@@ -542,8 +546,11 @@ class _FusedLowering:
                 out.append(n)
         return out
 
-    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict) -> None:
-        """Recycle the tiles of values whose last use in this pass was ``n``."""
+    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict, loads: dict) -> None:
+        """Recycle the tiles of values whose last use in this pass was ``n``. A tile that also holds
+        a cached leaf load stays: a member computed through a view of a leaf (``clone(x[:, ::2])``)
+        shares the load's tile, and later readers of the leaf get that cached tile."""
+        held = {id(v.region.tile) for v in loads.values() if v.region is not None}
         for a in set(n.all_input_nodes):
             if a not in remaining:
                 continue
@@ -553,7 +560,7 @@ class _FusedLowering:
                 if v is not None and v.region is not None:
                     t = v.region.tile
                     refs[t] = refs.get(t, 1) - 1
-                    if refs[t] == 0:
+                    if refs[t] == 0 and id(t) not in held:
                         self.kb.release(t)
 
     def _eval(self, accs, pre_only: bool = False, post_only: bool = False) -> None:
@@ -598,7 +605,7 @@ class _FusedLowering:
             v = self.vals.get(n)
             if v is not None and v.region is not None and n in remaining:
                 refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
-            self._release_dead(n, remaining, refs)
+            self._release_dead(n, remaining, refs, loads)
 
     def _compute(self, n: fx.Node, loads) -> TVal:
         """The value of a view or pointwise node from its arguments' values."""

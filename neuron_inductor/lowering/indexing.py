@@ -3,7 +3,7 @@
 Every op here is a sequence of *phases* inside one kernel. A phase walks a logical region of the
 output and either copies a logical region of an input into it (DMA load into an SBUF tile, DMA store
 out), fills it with a constant (memset once, stores), or moves whole rows through an indirect DMA
-(gather on load, scatter on store) whose row numbers come from an int32 index tile. Phases run in
+(gather on load, scatter on store) whose row numbers come from a uint32 index tile. Phases run in
 program order, so a later phase may overwrite what an earlier one wrote (the border fill of a pad,
 the base copy under a ``slice_scatter``/``index_put``).
 
@@ -218,7 +218,7 @@ def walk_regions(kb: KernelBuilder, sizes: Sequence[int], regions: Sequence[Regi
 def _sign_word(kb: KernelBuilder, src: TileRegion, it: It, free_chunk: int) -> TileRegion:
     """The high word of an int64 whose low word is ``src``: 0 or -1."""
     hi = _tile(kb, it, "int32", free_chunk, "hi").region(it.rows, it.cols)
-    kb.instr("vector", "tensor_scalar", hi, {"data": src, "operand0": 0, "operand1": -1},
+    kb.instr("vector", "tensor_scalar", hi, {"data": src, "operand0": 0.0, "operand1": -1.0},
              op0="less", op1="multiply")
     return hi
 
@@ -257,7 +257,7 @@ def copy_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, free_chunk: int) -
         if dst.dtype == "bool":
             b = _tile(kb, it, "uint8", free_chunk, "b")
             breg = b.region(it.rows, it.cols)
-            kb.instr("vector", "tensor_scalar", breg, {"data": reg, "operand0": 0}, op0="not_equal")
+            kb.instr("vector", "tensor_scalar", breg, {"data": reg, "operand0": 0.0}, op0="not_equal")
             kb.dma(it.access(0, lo), breg)
             kb.release(b)
         else:
@@ -293,6 +293,22 @@ def fill_phase(kb: KernelBuilder, dst: LRegion, value: Any, free_chunk: int) -> 
             kb.dma(it.access(0, region), reg)
             kb.release(t)
         walk_regions(kb, region.sizes, [region], free_chunk, body)
+
+
+def _row_view(numel: int, row: int, dim_size: int) -> tuple[int, int]:
+    """The ``(rows, row)`` shape an indirect DMA sees the flat tensor as: the hardware multiplies
+    each offset by the elements right of dim 0 of that shape, so it must be the row stride."""
+    if row <= 0 or numel % row:
+        raise NotImplementedError(f"indirect copy: rows of {row} elements do not tile the "
+                                  f"{numel}-element tensor")
+    if dim_size > _EXACT_INDEX:
+        raise NotImplementedError(f"indirect copy over {dim_size} rows: offsets above 2^24 do not "
+                                  "survive the int32 -> uint32 cast")
+    return (numel // row, row)
+
+
+#: offsets reach the uint32 index tile through an fp32 cast, exact up to 2^24
+_EXACT_INDEX = 1 << 24
 
 
 def _to_i32(u: int) -> int:
@@ -346,6 +362,7 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
     d_off = k * direct.offset
     i_off = ki * index.offset
     dim_size = table.sizes[dim]
+    view = _row_view(table.tensor.numel, row_stride, dim_size)
 
     def rest_loops(j: int, toff, doff, ind: TileRegion, rows) -> None:
         if j < len(router):
@@ -359,7 +376,7 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
             t = _tile(kb, it, table.tensor.dtype, free_chunk, "rows")
             reg = t.region(rows, cols)
             tab = HBMAccess(table.tensor, sympy.expand(toff + t_st[F] * fc * jf),
-                            ((row_stride, rows), (t_st[F], cols)), indirect=ind)
+                            ((row_stride, rows), (t_st[F], cols)), indirect=ind, view=view)
             dacc = HBMAccess(direct.tensor, sympy.expand(doff + d_st[F] * fc * jf),
                              ((di_str[P], rows), (d_st[F], cols)))
             if gather:
@@ -380,18 +397,25 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
             rows = _ragged(Ps, PMAX, ip)
             it = It([], [], [], rows, sympy.Integer(1), min(Ps, PMAX), 1, looped)
             shape = (it.tile_rows, 1) if looped else (PMAX, 1)
-            itile = kb.tile(shape, "int32", prefix="idx")
+            src = HBMAccess(index.tensor, sympy.expand(ioff + i_str[P] * PMAX * ip),
+                            ((i_str[P], rows), (1, 1)))
+            # the offsets tile is uint32; the int32 -> uint32 DMA casts through fp32, exact below 2^24
+            itile = kb.tile(shape, "uint32", prefix="idx")
             ind = itile.region(rows, 1)
-            kb.dma(ind, HBMAccess(index.tensor, sympy.expand(ioff + i_str[P] * PMAX * ip),
-                                  ((i_str[P], rows), (1, 1))))
             if wrap_negative:  # idx += (idx < 0) * dim_size, as torch's advanced indexing does
+                raw = kb.tile(shape, "int32", prefix="raw")
+                rreg = raw.region(rows, 1)
+                kb.dma(rreg, src)
                 neg = kb.tile(shape, "int32", prefix="neg")
                 nreg = neg.region(rows, 1)
-                kb.instr("vector", "tensor_scalar", nreg, {"data": ind, "operand0": 0,
-                                                           "operand1": dim_size},
+                kb.instr("vector", "tensor_scalar", nreg, {"data": rreg, "operand0": 0.0,
+                                                           "operand1": float(dim_size)},
                          op0="less", op1="multiply")
-                kb.instr("vector", "tensor_tensor", ind, {"data1": ind, "data2": nreg}, op="add")
+                kb.instr("vector", "tensor_tensor", ind, {"data1": rreg, "data2": nreg}, op="add")
                 kb.release(neg)
+                kb.release(raw)
+            else:
+                kb.dma(ind, src)
             rest_loops(0, t_off, doff + di_str[P] * PMAX * ip, ind, rows)
             kb.release(itile)
 

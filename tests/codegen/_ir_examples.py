@@ -83,11 +83,12 @@ def gather_rows(vocab: int = 50, dim: int = 64, count: int = 200) -> Kernel:
     out = HBMTensor("out0", count * dim, "float32", "output")
     i = loop_var("i0")
     pr = ragged(count, P, i)
-    it, rt = Tile("idx_t", (P, 1), "int32"), Tile("rows", (P, dim), "float32")
+    it, rt = Tile("idx_t", (P, 1), "uint32"), Tile("rows", (P, dim), "float32")
     body = [Loop(i, -(-count // P), "affine", [
         Alloc(it), Alloc(rt),
         Dma(it.region(pr, 1), HBMAccess(idx, 2 * P * i, ((2, pr), (1, 1)))),  # low words
-        Dma(rt.region(pr, dim), HBMAccess(table, 0, ((dim, pr), (1, dim)), indirect=it.region(pr, 1))),
+        Dma(rt.region(pr, dim), HBMAccess(table, 0, ((dim, pr), (1, dim)), indirect=it.region(pr, 1),
+                                               view=(vocab, dim))),
         Dma(HBMAccess(out, P * dim * i, ((dim, pr), (1, dim))), rt.region(pr, dim)),
     ])]
     return Kernel("k_gather", [table, idx], [out], body, provenance=["emb = aten.embedding.default(table, idx)"],

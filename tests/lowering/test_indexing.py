@@ -79,6 +79,41 @@ def test_embedding_ragged_rows_wide_free(idx_dtype):
     assert gathers, "embedding must gather rows with an indirect DMA"
 
 
+
+def test_indirect_dma_row_stride_comes_from_a_reshaped_base():
+    """Hardware multiplies each vector offset by the elements right of dim 0 of the tensor ``.ap`` is
+    called on, ignoring the pattern: the gather must read a ``[rows, F]`` view, not the flat span
+    (on a 1-D base every index would pick element ``idx`` instead of row ``idx``)."""
+    w = torch.randn(50, 24)
+    idx = torch.randint(0, 50, (7,))
+    mod, prog = compile_fn(lambda w, i: (aten.embedding.default(w, i),), w, idx)
+    [g] = [d for d in dmas(prog) if getattr(d.src, "indirect", None) is not None]
+    assert g.src.view == (50, 24) and g.src.pattern[0][0] == 24
+    assert g.src.indirect.dtype == "uint32"
+    ks = generate_kernels_module(prog.kernels, graph_name="test")
+    assert ".reshape((50, 24)).ap(pattern=[[24, " in ks and "vector_offset=" in ks
+    torch.testing.assert_close(mod([w, idx])[0], w[idx], rtol=0, atol=0)
+    # a strided index_select along dim 1: rows of one element, the table viewed as [N, 1]
+    x = torch.randn(13, 5)
+    j = torch.tensor([4, 0, 4])
+    _, prog = compile_fn(lambda x, i: (aten.index_select.default(x, 1, i),), x, j)
+    [g] = [d for d in dmas(prog) if getattr(d.src, "indirect", None) is not None]
+    assert g.src.view == (65, 1)
+    check(lambda x, i: (aten.index_select.default(x, 1, i),), x, j)
+
+
+def test_simulated_indirect_dma_on_a_flat_base_uses_unit_rows():
+    """The simulator models the hardware rule: a vector offset on a 1-D tensor moves by single
+    elements whatever the pattern says."""
+    import numpy as np
+    from neuron_inductor.runtime.sim.tensor import Allocation
+    flat = Allocation("in0", "hbm", np.arange(12, dtype=np.float32))
+    idx = Allocation("idx", "sbuf", np.array([[2], [0]], dtype=np.uint32)).whole()
+    pat = [[4, 2], [1, 4]]
+    assert flat.whole().ap(pat, 0, vector_offset=idx).read().tolist() == [[2, 3, 4, 5], [0, 1, 2, 3]]
+    rows = flat.whole().reshape((3, 4)).ap(pat, 0, vector_offset=idx).read()
+    assert rows.tolist() == [[8, 9, 10, 11], [0, 1, 2, 3]]
+
 def test_embedding_bf16_scalar_index_and_free_chunking():
     w = torch.randn(10, 3000).to(torch.bfloat16)
     check(lambda w, i: (aten.embedding.default(w, i),), w, torch.tensor(7))

@@ -8,10 +8,13 @@
   checked (no silent numpy clipping, no negative indexing).
 * :class:`AccessPattern` is ``hbm.ap(pattern=[[stride, count], ...], offset=, vector_offset=,
   indirect_dim=0)``: an as_strided view over the flat tensor, or with ``vector_offset`` a row
-  gather/scatter whose partition term is ``idx[p] * stride0`` (vectorised with numpy fancy indexing).
+  gather/scatter whose partition term is ``idx[p] * row``, ``row`` being the elements right of dim 0
+  of the tensor's shape as the hardware takes it (``x.reshape((rows, row)).ap(...)``; vectorised with
+  numpy fancy indexing).
 """
 from __future__ import annotations
 
+import copy
 import operator
 from typing import Any
 
@@ -180,6 +183,24 @@ class Tensor:
             dims[axis] = (start + a * step, step * st, n)
         return Tensor(self.alloc, tuple(dims))
 
+    def reshape(self, shape: Any) -> "Tensor":
+        """``NkiTensor.reshape`` of a whole HBM tensor: the same storage seen with another shape
+        (what an indirect DMA takes its row stride from)."""
+        if self.alloc.on_chip:
+            raise refuse("unsupported", "reshape is simulated for HBM tensors only", self)
+        if self.dims != tuple((0, 1, n) for n in self.alloc.shape):
+            raise refuse("unsupported", "reshape of a sliced HBM view", self)
+        try:
+            shape = tuple(_index(n) for n in shape)
+        except TypeError:
+            raise refuse("unsupported", f"reshape to {shape!r}: expected a tuple of ints", self) from None
+        if any(n < 0 for n in shape) or int(np.prod(shape, dtype=np.int64)) != self.alloc.flat.size:
+            raise refuse("shape", f"reshape of {self.alloc.flat.size} elements to {list(shape)}", self)
+        alias = copy.copy(self.alloc)  # shares data, flat and the written mask
+        alias.data = self.alloc.data.reshape(shape)
+        alias.shape = shape
+        return Tensor(alias, tuple((0, 1, n) for n in shape))
+
     # --- access patterns ------------------------------------------------------------------------
     def ap(self, pattern: Any, offset: int = 0, vector_offset: "Tensor | None" = None,
            indirect_dim: int = 0, scalar_offset: Any = None) -> "AccessPattern":
@@ -210,16 +231,20 @@ class Tensor:
         if any(s for s, _, _ in self.dims):
             strides = np.cumprod((1,) + self.alloc.shape[:0:-1])[::-1]
             base = int(sum(s * int(k) for (s, _, _), k in zip(self.dims, strides)))
-        return AccessPattern(self.alloc, pat, base + off, vector_offset)
+        # vector indirection: the row stride is the elements right of dim 0 of this tensor's shape
+        # (the pattern's own partition stride is ignored by the hardware)
+        row = int(np.prod(self.shape[1:], dtype=np.int64))
+        return AccessPattern(self.alloc, pat, base + off, vector_offset, row)
 
 
 class AccessPattern:
     """``pattern`` = ((stride, count), ...) in elements over the flat allocation, partition first."""
 
-    __slots__ = ("alloc", "pattern", "offset", "indirect")
+    __slots__ = ("alloc", "pattern", "offset", "indirect", "row")
 
     def __init__(self, alloc: Allocation, pattern: tuple[tuple[int, int], ...], offset: int,
-                 indirect: Tensor | None) -> None:
+                 indirect: Tensor | None, row: int = 1) -> None:
+        self.row = row
         self.alloc = alloc
         self.pattern = pattern
         self.offset = offset
@@ -278,7 +303,7 @@ class AccessPattern:
         if idx_t.partitions != p or idx_t.free_size != 1:
             raise refuse("shape", f"vector_offset must be [{p}, 1] to index {p} partitions, got "
                          f"{list(idx_t.shape)}", idx_t, self)
-        rows = idx_t.array.reshape(p).astype(np.int64) * self.pattern[0][0] + self.offset
+        rows = idx_t.array.reshape(p).astype(np.int64) * self.row + self.offset
         nd = len(self.pattern)
         index = rows.reshape((p,) + (1,) * (nd - 1))
         for axis, (s, c) in enumerate(self.pattern[1:], start=1):

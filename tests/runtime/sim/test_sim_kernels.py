@@ -74,12 +74,12 @@ def test_indirect_gather_and_scatter():
         i_t = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
         nisa.dma_copy(dst=i_t, src=ids.ap(pattern=[[1, P], [1, 1]], offset=0))
         x_t = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t, src=tab.ap(pattern=[[D, P], [1, D]], offset=0,
+        nisa.dma_copy(dst=x_t, src=tab.reshape((V, D)).ap(pattern=[[D, P], [1, D]], offset=0,
                                           vector_offset=i_t[0:P, 0:1], indirect_dim=0))
         nisa.dma_copy(dst=out.ap(pattern=[[D, P], [1, D]], offset=0), src=x_t)
         r_t = nl.ndarray((40, 1), dtype=nl.int32, buffer=nl.sbuf)
         nisa.dma_copy(dst=r_t, src=rows.ap(pattern=[[1, 40], [1, 1]], offset=0))
-        nisa.dma_copy(dst=tgt.ap(pattern=[[D, 40], [1, D]], offset=0, vector_offset=r_t,
+        nisa.dma_copy(dst=tgt.reshape((V, D)).ap(pattern=[[D, 40], [1, D]], offset=0, vector_offset=r_t,
                                  indirect_dim=0), src=x_t[0:40, 0:D])
         return out, tgt
 

@@ -188,8 +188,8 @@ def test_oob_indirect_index():
         idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
         nisa.iota(dst=idx, pattern=[[0, 1]], offset=0, channel_multiplier=1000)
         t = nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x.ap(pattern=[[64, 4], [1, 64]], offset=0, vector_offset=idx,
-                                      indirect_dim=0))
+        nisa.dma_copy(dst=t, src=x.reshape((128, 64)).ap(pattern=[[64, 4], [1, 64]], offset=0,
+                                                         vector_offset=idx, indirect_dim=0))
 
     refused(oob_gather, "out-of-bounds", X.reshape(128, 64))  # rows of 64: stride 64
 

@@ -1,0 +1,126 @@
+"""``gather`` and ``scatter_add`` (gather's backward) in ops we lower, for every legal index shape.
+
+``torch.gather(x, dim, index)`` reads ``x[..., index[..., j, ...], ...]``; the index may be smaller
+than ``x`` on *every* dim, and then only the leading part of ``x`` along the other dims is read. We
+first narrow ``x`` to that part, then either
+
+* compare with an iota and take a masked sum along ``dim`` (one fused pointwise + reduction, the
+  cross-entropy pattern) while the compare (index elements x ``x.shape[dim]``) stays small, or
+* gather single elements with one flat ``index_select`` (an indirect DMA) at flat offsets computed
+  from the index, for wide gathers where the compare would be quadratic.
+
+``scatter_add(x, dim, index, src)`` is the transpose: a masked sum over the index positions adds
+``src`` into a zero block the size of the addressed part of ``x``, padded back to ``x``'s shape.
+Repeated indices add up, as in torch.
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+#: compare size (index elements x length of the gathered axis) up to which a gather or scatter_add
+#: is a compare + masked sum; wider gathers move single elements, wider scatter_adds fall back
+COMPARE_LIMIT = 1 << 20
+
+
+def _narrow_to(x: torch.Tensor, shape, skip: int) -> torch.Tensor:
+    """``x[:shape[0], :shape[1], ...]`` on every dim except ``skip``."""
+    for k in range(x.dim()):
+        if k != skip and shape[k] != x.shape[k]:
+            x = aten.slice.Tensor(x, k, 0, shape[k])
+    return x
+
+
+def _to_last(x: torch.Tensor, d: int) -> torch.Tensor:
+    if d == x.dim() - 1:
+        return x
+    perm = [k for k in range(x.dim()) if k != d] + [d]
+    return aten.permute.default(x, perm)
+
+
+def _from_last(x: torch.Tensor, d: int) -> torch.Tensor:
+    if d == x.dim() - 1:
+        return x
+    perm = list(range(x.dim() - 1))
+    perm.insert(d, x.dim() - 1)
+    return aten.permute.default(x, perm)
+
+
+def _legal(x: torch.Tensor, index: torch.Tensor) -> bool:
+    return (x.dim() == index.dim() and x.dim() > 0 and index.dtype in (torch.int64, torch.int32)
+            and x.numel() > 0 and index.numel() > 0)
+
+
+def gather(x: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool = False):
+    """A masked sum against an iota along ``dim`` (narrow gathers) or a flat element gather."""
+    if not _legal(x, index):
+        return NotImplemented
+    d = dim % x.dim()
+    n, m = x.shape[d], index.shape[d]
+    x = _narrow_to(x, index.shape, d)
+    if index.numel() * n <= COMPARE_LIMIT:
+        xl, il = _to_last(x, d), _to_last(index, d)
+        iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
+        if m == 1:  # one pick per row: keep the reduced dim (the cross-entropy shape)
+            hit = aten.eq.Tensor(iota, il)
+            picked = aten.where.self(hit, xl, aten.scalar_tensor.default(0, dtype=x.dtype))
+            return _from_last(aten.sum.dim_IntList(picked, [-1], True), d)
+        hit = aten.eq.Tensor(iota, aten.unsqueeze.default(il, -1))           # [..., m, n]
+        picked = aten.where.self(hit, aten.unsqueeze.default(xl, -2),
+                                 aten.scalar_tensor.default(0, dtype=x.dtype))
+        return _from_last(aten.sum.dim_IntList(picked, [-1]), d)
+    return _flat_gather(x, d, index)
+
+
+def _flat_gather(x: torch.Tensor, d: int, index: torch.Tensor) -> torch.Tensor:
+    """``x.reshape(-1)[offsets]`` with offsets = sum_k pos_k * stride_k, the index along ``d``."""
+    x = aten.clone.default(x, memory_format=torch.contiguous_format)
+    shape = list(index.shape)
+    strides = [1] * x.dim()
+    for k in range(x.dim() - 2, -1, -1):
+        strides[k] = strides[k + 1] * x.shape[k + 1]
+    off = aten.mul.Tensor(aten._to_copy.default(index, dtype=torch.int64), strides[d]) \
+        if strides[d] != 1 else aten._to_copy.default(index, dtype=torch.int64)
+    for k in range(x.dim()):
+        if k == d or shape[k] == 1:
+            continue
+        view = [1] * x.dim()
+        view[k] = shape[k]
+        pos = aten.arange.start_step(0, shape[k] * strides[k], strides[k], dtype=torch.int64,
+                                     device=x.device)
+        off = aten.add.Tensor(off, aten.view.default(pos, view))
+    flat = aten.index_select.default(aten.view.default(x, [-1]), 0, aten.view.default(off, [-1]))
+    return aten.view.default(flat, shape)
+
+
+def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor):
+    """``x`` plus, at every index position, ``src`` added to the element it names along ``dim``."""
+    if not _legal(x, index) or src.dim() != x.dim() or not x.is_floating_point():
+        return NotImplemented
+    d = dim % x.dim()
+    n = x.shape[d]
+    if index.numel() * n > COMPARE_LIMIT:
+        return NotImplemented
+    src = _narrow_to(src, index.shape, -1)
+    il, sl = _to_last(index, d), _to_last(src, d)
+    iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
+    hit = aten.eq.Tensor(aten.unsqueeze.default(il, -1), iota)                 # [..., m, n]
+    vals = aten.where.self(hit, aten.unsqueeze.default(sl, -1),
+                           aten.scalar_tensor.default(0, dtype=src.dtype))
+    upd = _from_last(aten.sum.dim_IntList(vals, [-2]), d)                      # x's shape, led part
+    if upd.dtype != x.dtype:
+        upd = aten._to_copy.default(upd, dtype=x.dtype)
+    pad = []
+    for k in range(x.dim() - 1, -1, -1):
+        pad += [0, x.shape[k] - upd.shape[k]]
+    if any(pad):
+        upd = aten.constant_pad_nd.default(upd, pad, 0.0)
+    return aten.add.Tensor(x, upd)
+
+
+#: op -> decomposition, merged into the table by ``decompositions.decomposition_table``
+GATHER_DECOMPOSITIONS = {
+    aten.gather.default: gather,
+    aten.scatter_add.default: scatter_add,
+}

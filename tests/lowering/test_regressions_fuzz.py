@@ -1,0 +1,102 @@
+"""Programs a differential fuzzer found wrong or broken (tests/fuzz/gen.py, benchmarks/fuzz.py), one
+test each, copied as found: forward and, where they have gradients, backward against eager, with no
+op left to a host fallback."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import neuron_inductor.compile as nc
+from tests._compare import BF16, check
+
+
+def check_no_fallback(fn, *args, grad: bool = True, **kw):
+    nc.reset_counters()
+    out = check(fn, *args, grad=grad, **kw)
+    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    return out
+
+
+def test_index_select_dim1_softmax_log_softmax_expand_pow_backward_writes_every_tile():
+    """Backward stopped with ``[output-not-written] 1536 of 1539 elements`` in 'k3_sum_mul_sub': a
+    sum over the partition axis (a column sum) broadcast back over the summed axis was evaluated
+    once after the row loops, writing only the first row; index_select's backward along dim 1
+    (index_put accumulate on [None, idx]) fell back to the host."""
+    torch.manual_seed(0)
+
+    def fn(x1, i0):
+        v1 = torch.index_select(x1.softmax(0), 1, i0)
+        v3 = v1.log_softmax(-2).unsqueeze(2).expand(513, 3, 4)
+        return ((v3.abs() + 1).pow(-1.5),)
+    check_no_fallback(fn, torch.randn(513, 3), torch.randint(0, 3, (3,)))
+
+
+def test_gather_index_smaller_than_input_on_every_dim_has_the_index_shape():
+    """Compiled returned [256, 16], eager [1, 16]: the gather's compare broadcast the [1, 1] index
+    against all 256 rows of the input."""
+    torch.manual_seed(0)
+
+    def f1(x0, w0, w1, x1, x2, i0, w2, w3):
+        v2 = (x0 @ w0).to(torch.bfloat16).float() @ w1
+        v4 = torch.where(x1 > 0.0, v2, x1) + x2
+        return F.linear(torch.gather(v4, -1, i0), w2, w3)
+    r = torch.randn
+    out = check_no_fallback(f1, r(256, 32), r(32, 100), r(100, 300), r(300), r(256, 1),
+                            torch.randint(0, 300, (1, 1)), r(16, 1), r(16), atol=1e-4, rtol=1e-4)
+    assert out.shape == (1, 16)
+
+
+def test_gather_index_with_fewer_rows_than_the_input():
+    """Compile error "Attempting to broadcast a dimension of length 7 at -2"."""
+    torch.manual_seed(0)
+
+    def f2(x0, i0):
+        return torch.gather(x0, 1, i0) * 0.25
+    check_no_fallback(f2, torch.randn(7, 16), torch.randint(0, 16, (3, 1)))
+
+
+def test_where_over_a_strided_slice_that_also_feeds_a_softmax():
+    """777 of 1568 elements of the first output were 0.0 (eager -2.75): ``clone(x1[:, 3:100:2])``
+    shares the leaf load's tile; the clone's last use recycled it while the cached load still
+    served ``where(v5 < 0, v5, 0)``, whose fill then overwrote its own input. The bf16 round trip
+    of the attention output makes the other outputs and gradients sensitive to fp32 summation
+    order (a rounding flip moves a value by a bf16 ulp), hence bf16 tolerances; the bug was off by
+    whole units."""
+    torch.manual_seed(0)
+
+    def f3(x0, x1, w0, x2):
+        v0 = F.scaled_dot_product_attention(x0, x0, x0)
+        v2 = torch.add(F.silu(v0.to(torch.bfloat16)).to(v0.dtype), v0, alpha=0.5)
+        v3 = (v2 @ v2.transpose(-1, -2)) * 0.1
+        v4 = v3 * torch.rsqrt(v3.pow(2).mean(-1, keepdim=True) + 1e-6) * w0
+        v5 = x1[:, 3:100:2]
+        v6 = v5.softmax(-2)
+        v9 = torch.exp(torch.softmax(torch.maximum(v3, v4), dim=1))
+        v11 = torch.where(v5 < 0.0, v5, 0.0) / (x2.abs() + 1)
+        return (v11, v9, v6)
+    r = torch.randn
+    check_no_fallback(f3, r(7, 32, 32, 100), r(32, 300), 1 + 0.1 * r(32), r(49), **BF16)
+
+
+def test_reduced_shape_value_that_does_not_read_the_reduction_is_not_fused_misaligned():
+    """fuzz seed 116: ``[shape] nisa.tensor_scalar: operand0 must be a [128, 1] region, got
+    [128, 7]`` in the backward. expand's gradient sums a [7, 7, 1, 513, 1] tangent over axis 1;
+    ``tanh(x0)`` ([7, 1, 513, 1], the reduced shape) joined that group without reading the sum,
+    so lowering broadcast it right-aligned over the domain (its dim 0 on the summed axis)."""
+    torch.manual_seed(116)
+
+    def prog(x0, x1):
+        v0 = torch.tanh(x0)
+        v1 = torch.add(x1, v0, alpha=0.5)
+        v5 = v1.unsqueeze(1).expand(7, 7, 1, 513, 1)
+        return (v5,)
+    check_no_fallback(prog, torch.randn(7, 1, 513, 1), torch.randn(513, 1))
+
+
+def test_cosine_embedding_loss_backward():
+    """``operand0 must be a [5, 1] region, got [5, 5]`` in 'k0_mul_sum': the same misaligned
+    reduced-shape value, a row statistic's input fused next to the sum over rows. Its forward
+    builds a constant as ``full_like(empty_permuted(...))``, which ran on the host."""
+    torch.manual_seed(0)
+    check_no_fallback(lambda a, b, y: F.cosine_embedding_loss(a, b, y), torch.randn(5, 5),
+                      torch.randn(5, 5), torch.tensor([1, -1, 1, 1, -1]))
