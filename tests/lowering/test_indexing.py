@@ -102,17 +102,20 @@ def test_indirect_dma_row_stride_comes_from_a_reshaped_base():
     check(lambda x, i: (aten.index_select.default(x, 1, i),), x, j)
 
 
-def test_simulated_indirect_dma_on_a_flat_base_uses_unit_rows():
-    """The simulator models the hardware rule: a vector offset on a 1-D tensor moves by single
-    elements whatever the pattern says."""
+def test_simulated_indirect_dma_takes_its_row_stride_from_the_base_shape():
+    """On hardware a vector offset moves by the base tensor's row, whatever the pattern says: the
+    simulator refuses a pattern that disagrees with a flat base and reads whole rows of a reshape."""
     import numpy as np
+    from neuron_inductor.runtime.sim.errors import SimulatorError
     from neuron_inductor.runtime.sim.tensor import Allocation
     flat = Allocation("in0", "hbm", np.arange(12, dtype=np.float32))
     idx = Allocation("idx", "sbuf", np.array([[2], [0]], dtype=np.uint32)).whole()
     pat = [[4, 2], [1, 4]]
-    assert flat.whole().ap(pat, 0, vector_offset=idx).read().tolist() == [[2, 3, 4, 5], [0, 1, 2, 3]]
+    with pytest.raises(SimulatorError, match="indirect-dma-row-stride"):
+        flat.whole().ap(pat, 0, vector_offset=idx)
     rows = flat.whole().reshape((3, 4)).ap(pat, 0, vector_offset=idx).read()
     assert rows.tolist() == [[8, 9, 10, 11], [0, 1, 2, 3]]
+
 
 def test_embedding_bf16_scalar_index_and_free_chunking():
     w = torch.randn(10, 3000).to(torch.bfloat16)
