@@ -7,6 +7,8 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
+from .empty import fold_empty_operands
+
 aten = torch.ops.aten
 
 
@@ -116,6 +118,7 @@ def strip_rng_wrappers(gm: fx.GraphModule) -> None:
 
 PASSES: list[Callable[[fx.GraphModule], None]] = [
     strip_rng_wrappers,
+    fold_empty_operands,
     common_subexpression_elimination,
     dead_code_elimination,
 ]
