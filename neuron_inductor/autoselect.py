@@ -44,6 +44,7 @@ FALLBACK_NAME = "neuron_inductor"
 
 _REGISTRY_MODULE = "torch._dynamo.backends.registry"
 _TRAINING_ARGS_MODULE = "transformers.training_args"
+_HF_CACHE_MODULE = "transformers.cache_utils"
 
 
 @dataclass(frozen=True)
@@ -355,9 +356,17 @@ def install_default() -> bool:
     return True
 
 
+def _register_hf_cache_layers(cache_utils: ModuleType) -> None:
+    """On every host: static sliding-window caches that do not recompile per decode step under our
+    backend (stock behaviour unless ``backend="neuron"`` is in use; see integrations.hf.install)."""
+    from neuron_inductor.integrations.hf import install
+    install(cache_utils)
+
+
 def autoload() -> None:
     """The ``torch.backends`` entry point torch calls during ``import torch``. Never raises."""
     try:
         install_default()
+        _when_imported(_HF_CACHE_MODULE, _register_hf_cache_layers)
     except Exception as exc:
         errors.append(f"autoload: {type(exc).__name__}: {exc}")

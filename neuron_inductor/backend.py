@@ -15,8 +15,12 @@ import torch
 import torch.fx as fx
 
 from .config import Config, get_config
+from .integrations.hf import install_if_loaded
 
 log = logging.getLogger("neuron_inductor")
+# transformers loaded before our backend (no autoload hook, e.g. a source checkout): register the
+# recompile-free static sliding-window cache layer now, before generate builds its cache
+install_if_loaded()
 
 
 def _sdpa_math():
