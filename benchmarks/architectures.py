@@ -80,6 +80,9 @@ ARCHS: dict[str, dict[str, Any]] = {
     "cohere2": {},
     # hybrid: a linear-attention (gated delta net) layer and a full-attention layer
     "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention"]),
+    # chunked attention (chunks of 32 tokens)
+    "llama4_text": dict(MOE, attention_chunk_size=SLIDING_WINDOW, intermediate_size_mlp=128,
+                        interleave_moe_layer_step=1, no_rope_layers=[1, 1]),
 }
 #: the 30 architectures issue 4 names; pytest runs these (CI time), the benchmark runs all of ARCHS
 CORE = tuple(list(ARCHS)[:30])
