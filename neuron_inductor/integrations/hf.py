@@ -185,6 +185,39 @@ def install_if_loaded() -> None:
                         type(e).__name__, e)
 
 
+_warned_recompiles = [False]
+
+
+def warn_stock_sliding_recompiles() -> None:
+    """Called for every Dynamo graph our backend gets: one warning when a frame is compiled a third
+    time while transformers' stock static sliding-window layer is what ``StaticCache`` builds (our
+    layer was not registered before the cache was created, or another registration replaced it).
+
+    That layer's Python-int fill level fails Dynamo's guards every decode step, so generate
+    recompiles each step and, past ``torch._dynamo.config.recompile_limit``, runs eagerly.
+    """
+    if _warned_recompiles[0] or "transformers.cache_utils" not in sys.modules:
+        return
+    from torch._guards import CompileContext
+    cid = CompileContext.current_compile_id()
+    if cid is None or cid.frame_compile_id is None or cid.frame_compile_id < 2:
+        return
+    cache_utils = sys.modules["transformers.cache_utils"]
+    mapping = getattr(cache_utils, "STATIC_LAYER_TYPE_MAPPING", {})
+    stock = getattr(cache_utils, "StaticSlidingWindowLayer", None)
+    if stock is None or not any(mapping.get(k) is stock for k in SLIDING_LAYER_TYPES):
+        return
+    _warned_recompiles[0] = True
+    log.warning(
+        "neuron_inductor: a frame is being compiled for the %d%s time while transformers' stock "
+        "StaticSlidingWindowLayer builds static sliding-window caches. Its Python-int fill level makes "
+        "every decode step of a sliding-window model recompile, and past "
+        "torch._dynamo.config.recompile_limit the model runs eagerly. Fix: call "
+        "neuron_inductor.integrations.hf.install() (or import neuron_inductor.backend) before "
+        "generate() builds its cache; TORCH_LOGS=recompiles shows the failing guard.",
+        cid.frame_compile_id + 1, "th" if cid.frame_compile_id >= 3 else "rd")
+
+
 def static_cache(model: Any, max_cache_len: int) -> tuple[Any, bool]:
     """A ``StaticCache`` for ``model`` whose sliding-window layers never recompile under our backend.
 

@@ -67,3 +67,20 @@ def test_compiled_decode_is_one_graph_past_the_window():
     got = _generate(model)
     assert dynamo_graph_count() <= 2, "prefill and decode, nothing per decode step"
     assert torch.equal(got.sequences, expected.sequences)
+
+
+@pytest.mark.slow
+def test_stock_layer_recompiles_are_named_once(monkeypatch, caplog):
+    """Where our layer is not in use (registered too late, or replaced), the per-step recompiles are
+    one warning naming the cause and the fix, not silence."""
+    import neuron_inductor.backend  # noqa: F401 - imported first: its import registers our layer
+    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING, StaticSlidingWindowLayer
+    monkeypatch.setitem(STATIC_LAYER_TYPE_MAPPING, "sliding_attention", StaticSlidingWindowLayer)
+    monkeypatch.setattr(hf, "_warned_recompiles", [False])
+    model = _mistral()
+    torch._dynamo.reset()
+    model.forward = torch.compile(model.forward, backend="neuron", dynamic=False)
+    with caplog.at_level("WARNING", logger="neuron_inductor"):
+        _generate(model)
+    hits = [r for r in caplog.records if "StaticSlidingWindowLayer" in r.getMessage()]
+    assert len(hits) == 1 and "install()" in hits[0].getMessage()
