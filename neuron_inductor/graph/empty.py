@@ -72,10 +72,13 @@ def _replace(gm: fx.GraphModule, n: fx.Node, new: fx.Node) -> None:
 
 
 def _same(gm: fx.GraphModule, n: fx.Node, src: fx.Node) -> None:
-    """``n`` computes ``src`` unchanged: use ``src`` (a copy when ``n`` is a graph output, so an
-    output never aliases an input or another output)."""
-    out = _val(n)
-    if _is_output_of_graph(n) or _val(src).dtype != out.dtype or _val(src).shape != out.shape:
+    """``n`` computes ``src`` unchanged: use ``src`` itself only when it has exactly ``n``'s layout
+    (the views consuming ``n`` address it through ``n``'s strides) and ``n`` is not a graph output
+    (an output never aliases an input or another output); otherwise a copy laid out as ``n``."""
+    out, v = _val(n), _val(src)
+    same_layout = (v.dtype == out.dtype and v.shape == out.shape and v.stride() == out.stride()
+                   and v.storage_offset() == out.storage_offset())
+    if _is_output_of_graph(n) or not same_layout:
         with gm.graph.inserting_before(n):
             new = gm.graph.call_function(aten._to_copy.default, (src,), {"dtype": out.dtype})
         _replace(gm, n, new)
