@@ -353,12 +353,13 @@ def install_default() -> bool:
         _installed = True
         _when_imported(_REGISTRY_MODULE, _set_dynamo_default)
         _when_imported(_TRAINING_ARGS_MODULE, _patch_training_arguments)
+        _when_imported(_HF_CACHE_MODULE, _register_hf_cache_layers)
     return True
 
 
 def _register_hf_cache_layers(cache_utils: ModuleType) -> None:
-    """On every host: static sliding-window caches that do not recompile per decode step under our
-    backend (stock behaviour unless ``backend="neuron"`` is in use; see integrations.hf.install)."""
+    """Static sliding-window caches that do not recompile per decode step under our backend (stock
+    behaviour unless ``backend="neuron"`` is in use; see integrations.hf.install)."""
     from neuron_inductor.integrations.hf import install
     install(cache_utils)
 
@@ -367,6 +368,5 @@ def autoload() -> None:
     """The ``torch.backends`` entry point torch calls during ``import torch``. Never raises."""
     try:
         install_default()
-        _when_imported(_HF_CACHE_MODULE, _register_hf_cache_layers)
     except Exception as exc:
         errors.append(f"autoload: {type(exc).__name__}: {exc}")

@@ -158,8 +158,8 @@ def install(cache_utils: Any = None) -> bool:
     Uses transformers' layer-type registry (``STATIC_LAYER_TYPE_MAPPING``, the table its own
     modeling files extend); replaces only entries that still hold the stock layer, so a user's
     own registration wins. Idempotent; returns whether the registry now holds our layer. Runs
-    automatically when ``transformers.cache_utils`` is imported (the ``torch.backends`` autoload hook)
-    and when our backend module is imported after transformers.
+    automatically when our backend module is imported after transformers, and on a Trainium host
+    when ``transformers.cache_utils`` is imported (the ``torch.backends`` autoload hook).
     """
     if cache_utils is None:
         from transformers import cache_utils
