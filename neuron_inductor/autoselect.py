@@ -44,6 +44,7 @@ FALLBACK_NAME = "neuron_inductor"
 
 _REGISTRY_MODULE = "torch._dynamo.backends.registry"
 _TRAINING_ARGS_MODULE = "transformers.training_args"
+_HF_CACHE_MODULE = "transformers.cache_utils"
 
 
 @dataclass(frozen=True)
@@ -352,7 +353,15 @@ def install_default() -> bool:
         _installed = True
         _when_imported(_REGISTRY_MODULE, _set_dynamo_default)
         _when_imported(_TRAINING_ARGS_MODULE, _patch_training_arguments)
+        _when_imported(_HF_CACHE_MODULE, _register_hf_cache_layers)
     return True
+
+
+def _register_hf_cache_layers(cache_utils: ModuleType) -> None:
+    """Static sliding-window caches that do not recompile per decode step under our backend (stock
+    behaviour unless ``backend="neuron"`` is in use; see integrations.hf.install)."""
+    from neuron_inductor.integrations.hf import install
+    install(cache_utils)
 
 
 def autoload() -> None:

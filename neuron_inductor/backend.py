@@ -15,8 +15,12 @@ import torch
 import torch.fx as fx
 
 from .config import Config, get_config
+from .integrations.hf import install_if_loaded, warn_stock_sliding_recompiles
 
 log = logging.getLogger("neuron_inductor")
+# transformers loaded before our backend (no autoload hook, e.g. a source checkout): register the
+# recompile-free static sliding-window cache layer now, before generate builds its cache
+install_if_loaded()
 
 
 def _sdpa_math():
@@ -64,6 +68,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, options: dict[str, 
                    **kwargs: Any) -> Callable:
     """Compile a Dynamo graph for Trainium (simulated on machines without one)."""
     cfg = get_config().replace(**(options or {}))
+    warn_stock_sliding_recompiles()
     if _has_symbolic_inputs(example_inputs):
         from .dynamic import specialize_per_shape
         return specialize_per_shape(gm, example_inputs, cfg)

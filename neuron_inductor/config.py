@@ -4,6 +4,18 @@ Every option has a default, an environment variable that overrides the default, 
 ``torch.compile`` call through ``options={...}`` or for a block of code with :func:`patch`.
 Options marked ``affects_code`` change what we generate and therefore enter the cache key; the rest
 (where files go, how loudly we log) must never split the cache.
+
+Every value is checked where it enters (environment, ``options={...}``, :func:`patch`), so a wrong
+type or value is a :class:`ConfigError` naming the option and what it accepts, never a failure deep
+inside a compile. The rules:
+
+- booleans: in ``options``/``patch`` only ``True``/``False`` (a string such as ``"no"`` is refused,
+  not read as true); in environment variables ``1/true/yes/on`` and ``0/false/no/off`` in any case,
+  anything else is an error;
+- integers: Python ``int`` (not ``bool``, not ``float``) at or above the option's minimum; in
+  environment variables a decimal integer;
+- choices: one of the listed strings;
+- paths: ``str`` or ``os.PathLike`` (stored as ``str``), or ``None`` for the default.
 """
 from __future__ import annotations
 
@@ -13,21 +25,79 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
-
-def _env(name: str, default: Any, kind: type) -> Any:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if kind is bool:
-        return raw.strip().lower() not in ("0", "false", "no", "off")
-    if kind is int:
-        return int(raw)
-    return raw
+#: environment-variable spellings of booleans (compared case-insensitively, surrounding blanks ignored)
+ENV_TRUE = ("1", "true", "yes", "on")
+ENV_FALSE = ("0", "false", "no", "off")
 
 
-def _opt(default: Any, env: str | None, doc: str, affects_code: bool, choices: tuple = ()) -> Any:
+class ConfigError(ValueError):
+    """A neuron_inductor option has the wrong type or value (a ``ValueError`` so callers that
+    caught the old errors keep working)."""
+
+
+def _opt(default: Any, env: str | None, doc: str, affects_code: bool, choices: tuple = (),
+         minimum: int | None = None, kind: str | None = None) -> Any:
+    """One option. ``kind`` ('bool', 'int', 'choice', 'path') defaults from the default value."""
+    if kind is None:
+        kind = ("choice" if choices else "bool" if isinstance(default, bool)
+                else "int" if isinstance(default, int) else "path")
     return field(default=default, metadata={"env": env, "doc": doc, "affects_code": affects_code,
-                                            "choices": choices})
+                                            "choices": choices, "minimum": minimum, "kind": kind})
+
+
+def accepted(f: dataclasses.Field) -> str:
+    """What option ``f`` accepts, in words (used by errors and ``describe``)."""
+    md = f.metadata
+    kind = md["kind"]
+    if kind == "bool":
+        return "True or False"
+    if kind == "int":
+        return "an int" + (f" >= {md['minimum']}" if md["minimum"] is not None else "")
+    if kind == "choice":
+        return "one of " + ", ".join(repr(c) for c in md["choices"])
+    return "a path (str or os.PathLike) or None"
+
+
+def check_value(f: dataclasses.Field, value: Any) -> Any:
+    """``value`` normalised for option ``f`` (paths become ``str``), or a :class:`ConfigError`."""
+    md = f.metadata
+    kind = md["kind"]
+    ok = False
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "int":
+        ok = (isinstance(value, int) and not isinstance(value, bool)
+              and (md["minimum"] is None or value >= md["minimum"]))
+    elif kind == "choice":
+        ok = isinstance(value, str) and value in md["choices"]
+    elif value is None or isinstance(value, (str, os.PathLike)):
+        value = None if value is None else os.fspath(value)
+        ok = isinstance(value, (str, type(None))) and value != ""
+    if not ok:
+        raise ConfigError(f"neuron_inductor option {f.name}={value!r} is invalid: expected "
+                          f"{accepted(f)}")
+    return value
+
+
+def _from_env(f: dataclasses.Field, raw: str) -> Any:
+    """Parse environment variable text for option ``f`` (then checked like any other value)."""
+    kind = f.metadata["kind"]
+    env = f.metadata["env"]
+    word = raw.strip()
+    if kind == "bool":
+        if word.lower() in ENV_TRUE:
+            return True
+        if word.lower() in ENV_FALSE:
+            return False
+        raise ConfigError(f"environment variable {env}={raw!r} (option {f.name}) is invalid: "
+                          f"expected one of {', '.join(ENV_TRUE + ENV_FALSE)} (any case)")
+    if kind == "int":
+        try:
+            return int(word)
+        except ValueError:
+            raise ConfigError(f"environment variable {env}={raw!r} (option {f.name}) is invalid: "
+                              f"expected {accepted(f)}") from None
+    return word
 
 
 @dataclass
@@ -40,7 +110,8 @@ class Config:
                          ("warn", "silent", "error"))
     fusion: bool = _opt(True, "NEURON_INDUCTOR_FUSION", "fuse ops into shared kernels", True)
     free_chunk: int = _opt(2048, "NEURON_INDUCTOR_FREE_CHUNK",
-                           "largest free-axis chunk (elements per partition) of a pointwise tile", True)
+                           "largest free-axis chunk (elements per partition) of a pointwise tile", True,
+                           minimum=1)
     runtime: str = _opt("auto", "NEURON_INDUCTOR_RUNTIME",
                         "'auto' (device when the NKI toolchain and a Trainium are present, else the "
                         "simulator), 'simulator' or 'device'", False, ("auto", "simulator", "device"))
@@ -52,38 +123,36 @@ class Config:
                                  "compile cache directory (default: the user cache dir)", False)
     cache_max_bytes: int = _opt(10 * 1024**3, "NEURON_INDUCTOR_CACHE_MAX_BYTES",
                                 "size cap of the on-disk cache; least recently used entries go first",
-                                False)
+                                False, minimum=0)
     cache_lock_timeout: int = _opt(600, "NEURON_INDUCTOR_CACHE_LOCK_TIMEOUT",
                                    "seconds to wait for another process compiling the same graph",
-                                   False)
+                                   False, minimum=0)
     verify_ir: bool = _opt(True, "NEURON_INDUCTOR_VERIFY_IR", "run the IR verifier after lowering",
                            False)
 
     @classmethod
     def from_env(cls) -> "Config":
+        """Defaults overridden by the environment; a malformed variable is a :class:`ConfigError`."""
         kw = {}
         for f in fields(cls):
-            env = f.metadata["env"]
-            if env:
-                kind = type(f.default) if f.default is not None else str
-                kw[f.name] = _env(env, f.default, kind)
+            raw = os.environ.get(f.metadata["env"]) if f.metadata["env"] else None
+            if raw is not None and raw.strip() != "":
+                kw[f.name] = _from_env(f, raw)
         cfg = cls(**kw)
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
+        """Check (and normalise) every option; raises :class:`ConfigError` naming the first bad one."""
         for f in fields(self):
-            choices = f.metadata["choices"]
-            if choices and getattr(self, f.name) not in choices:
-                raise ValueError(f"neuron_inductor option {f.name}={getattr(self, f.name)!r} is not "
-                                 f"one of {list(choices)}")
+            object.__setattr__(self, f.name, check_value(f, getattr(self, f.name)))
 
     def replace(self, **options: Any) -> "Config":
         """A copy with ``options`` applied; unknown names are a clear error listing the valid ones."""
         valid = {f.name for f in fields(self)}
         unknown = sorted(set(options) - valid)
         if unknown:
-            raise ValueError(f"unknown neuron_inductor option(s) {unknown}; valid options: "
+            raise ConfigError(f"unknown neuron_inductor option(s) {unknown}; valid options: "
                              f"{sorted(valid)}")
         cfg = dataclasses.replace(self, **options)
         cfg.validate()
@@ -95,7 +164,8 @@ class Config:
 
     @staticmethod
     def describe() -> dict[str, str]:
-        return {f.name: f.metadata["doc"] for f in fields(Config)}
+        return {f.name: f"{f.metadata['doc']} ({accepted(f)}; env {f.metadata['env']})"
+                for f in fields(Config)}
 
 
 _current: Config | None = None

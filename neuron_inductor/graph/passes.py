@@ -7,6 +7,8 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
+from .empty import fold_empty_operands
+
 aten = torch.ops.aten
 
 
@@ -135,6 +137,7 @@ def full_like_to_full(gm: fx.GraphModule) -> None:
 
 PASSES: list[Callable[[fx.GraphModule], None]] = [
     strip_rng_wrappers,
+    fold_empty_operands,
     full_like_to_full,
     common_subexpression_elimination,
     dead_code_elimination,

@@ -241,6 +241,8 @@ class GraphLowering:
             self.host[o], self.host_meta[o] = name, TensorMeta(m.size, m.stride, 0, m.dtype)
         if not out_tensors:
             return
+        if any(math_numel(val(a)) == 0 for a in sources if isinstance(val(a), torch.Tensor)):
+            raise LoweringError("an operand has no elements (a kernel never takes an empty tensor)")
         if g.kind == "fused":
             if any(math_numel(val(n)) == 0 for n in g.nodes if isinstance(val(n), torch.Tensor)):
                 raise LoweringError("empty iteration domain")
