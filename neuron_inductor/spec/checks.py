@@ -406,13 +406,26 @@ def activation_range_finding(op: Any, values: np.ndarray) -> Finding | None:
                    f"valid range {rng}, e.g. {first!r}")
 
 
-def int_compare_finding(op: Any, engine: str, arrays: list[tuple[str, np.ndarray]]) -> Finding | None:
-    """``int-fp32-exact``: a comparison computed in float32 on integer inputs beyond 2^24."""
+def int_compare_finding(op: Any, engine: str, arrays: list[tuple[str, Any]]) -> Finding | None:
+    """``int-fp32-exact``: a comparison computed in float32 whose answer may differ from the integer one.
+
+    Rounding to float32 is monotonic and every integer below 2^24 is exact, so comparing an integer
+    of any size with a value below 2^24 in magnitude (``x < 0``, ``x == 5``) gives the integer
+    answer; only element pairs whose two sides both reach 2^24 can compare wrongly."""
     a = alu_op(op)
-    if a not in COMPARE:
+    if a not in COMPARE or len(arrays) < 2:
         return None
-    for role, arr in arrays:
-        if arr.size and arr.dtype.kind in "iu" and int(np.abs(arr.astype(np.int64)).max()) > FP32_EXACT_INT:
-            return Finding("int-fp32-exact", f"{a} on the {engine} engine casts {role} to float32, but it holds "
-                           f"integers above 2^24 (max |x| = {int(np.abs(arr.astype(np.int64)).max())})")
-    return None
+    vals = [(role, np.asarray(arr)) for role, arr in arrays]
+    if not any(v.dtype.kind in "iu" for _, v in vals):
+        return None
+    try:
+        wide = np.broadcast_arrays(*(np.abs(v.astype(np.float64)) >= FP32_EXACT_INT for _, v in vals))
+    except ValueError:
+        return None
+    both = np.logical_and.reduce(wide)
+    if not both.any():
+        return None
+    i = tuple(int(x[0]) for x in np.nonzero(both))
+    seen = ", ".join(f"{role} = {np.broadcast_to(v, both.shape)[i]}" for role, v in vals)
+    return Finding("int-fp32-exact", f"{a} on the {engine} engine compares in float32 integer operands that "
+                   f"both reach 2^24 ({seen}): the answer may differ from the integer comparison")

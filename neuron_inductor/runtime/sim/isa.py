@@ -365,7 +365,7 @@ def tensor_scalar(ctx: KernelContext, *, dst: Any, data: Any, op0: Any, operand0
     steps = [(op0, c0, reverse0, "operand0")] + ([(op1, c1, reverse1, "operand1")] if op1 is not None else [])
     for o, c, rev, role in steps:
         cv = _rows(c) if isinstance(c, Tensor) else (0.0 if c is None else c)
-        _fp32_compare_check(o, eng, False, [("data", v)] + ([(role, cv)] if isinstance(c, Tensor) else []), x)
+        _fp32_compare_check(o, eng, False, [("data", v), (role, cv)], x)
         fn = _fn(o, api)
         v = _apply(o, fn, cv, v, False) if rev else _apply(o, fn, v, cv, False)
     _write(d, v)

@@ -332,6 +332,22 @@ def test_integer_compare_above_2_24_on_vector_engine():
     refused("int-fp32-exact", body, X, np.array([2 ** 24 + 1, 3], np.int32))
 
 
+def test_integer_compare_with_a_small_value_is_exact_in_fp32():
+    """Rounding is monotonic: a large integer against a value below 2^24 compares correctly."""
+    big = np.array([2 ** 31 - 1, -2 ** 31, 2 ** 24 + 1, 5], np.int32)
+
+    def kernel(x):
+        a = sb((1, 4), nl.int32)
+        nisa.dma_copy(dst=a, src=x.ap(pattern=[[4, 1], [1, 4]], offset=0))
+        r = sb((1, 4), nl.float32)
+        nisa.tensor_scalar(dst=r, data=a, op0=nl.less, operand0=0.0)
+        out = nl.ndarray((4,), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out.ap(pattern=[[4, 1], [1, 4]], offset=0), src=r)
+        return out
+
+    np.testing.assert_array_equal(nki.jit(kernel)(big), [0.0, 1.0, 0.0, 0.0])
+
+
 def test_gpsimd_int32_arithmetic_is_native_and_exact():
     big = np.array([2 ** 31 - 1, 2 ** 24 + 1, -7, 5], np.int32)
 
