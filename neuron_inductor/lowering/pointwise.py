@@ -58,6 +58,18 @@ def _f32_row(ctx, v: TVal) -> TileRegion:
     return t
 
 
+def _spread(ctx, v: TVal, kind: str) -> TVal:
+    """A scalar or row operand written out as a ``kind`` tile of float32 (for instructions that
+    take no scalar operand)."""
+    t = ctx.new(kind, "float32")
+    if v.kind == "scalar":
+        ctx.kb.memset(t, float(v.scalar))
+    else:
+        ctx.kb.memset(t, 0.0)
+        ctx.kb.instr("vector", "tensor_scalar", t, {"data": t, "operand0": _f32_row(ctx, v)}, op0="add")
+    return TVal(kind, t)
+
+
 def binary(ctx, op: str, a: TVal, b: TVal, dtype: str, out: torch.dtype | None = None) -> TVal:
     """``a op b`` into a ``dtype`` tile; ``out`` is the torch result dtype (integer results take
     the exact integer forms of ``integers``)."""
@@ -78,9 +90,13 @@ def binary(ctx, op: str, a: TVal, b: TVal, dtype: str, out: torch.dtype | None =
             if r is not None:
                 return r
     kind = "full" if "full" in (a.kind, b.kind) else "row"
+    if op == "power" and a.kind != b.kind:
+        # power is a GpSimd tensor_tensor op only (tensor_tensor docstring; tensor_scalar takes
+        # GpSimd for rsqrt alone): the narrower operand is spread to a tile first
+        a, b = (a if a.kind == kind else _spread(ctx, a, kind)), (b if b.kind == kind else _spread(ctx, b, kind))
     dst = ctx.new(kind, dtype)
     # power runs on GpSimd (tensor_tensor docstring); every other ALU op here on VectorE
-    engine = "gpsimd" if op == "power" and a.kind == b.kind else "vector"
+    engine = "gpsimd" if op == "power" else "vector"
     if a.kind == b.kind:
         ctx.kb.instr(engine, "tensor_tensor", dst, {"data1": a.region, "data2": b.region}, op=op)
     elif a.kind == kind:   # tile op (row|scalar)
@@ -387,7 +403,7 @@ def _pow(ctx, node, a, e):
         return _recip(ctx, node, a)
     if e == 0:
         return TVal.const(1.0 if dt.startswith("float") else 1)
-    return scalar_op(ctx, a, "power", e, dt)
+    return binary(ctx, "power", a, TVal.const(e), dt)
 
 
 @register_pointwise(aten.pow.Tensor_Tensor)
