@@ -15,6 +15,7 @@ import sympy
 
 from ..spec import Opnd, check_indirect, check_instr, reduce_axis_finding
 from ..target import Target
+from .exprs import ExprError, pyexpr
 from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
 from .program import Empty, Fallback, KernelCall, Program, Ref, UserKernelCall, View
@@ -50,7 +51,6 @@ def _bounds(e: Any, ranges: dict) -> tuple[int, int] | None:
     Exact, not interval arithmetic: ragged sizes such as ``min(128, 300 - 128*i)`` are correlated with
     the offsets they accompany, and only an exact range proves a violation without false alarms.
     """
-    from ..codegen.exprs import ExprError, pyexpr
     e = sympy.sympify(e)
     if e.is_Integer:
         return (int(e), int(e))
@@ -207,7 +207,6 @@ class _KernelVerifier:
                           f"view of all {a.tensor.numel} elements, whose shape gives the row stride "
                           f"(got {a.view})", s, ranges)
         # first / last element touched, composed as text (building sympy Min/Max terms is slow)
-        from ..codegen.exprs import ExprError, pyexpr
         try:
             first = last = f"({pyexpr(a.offset)})"
             syms = _syms(a.offset)

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import sympy
 
-from ..ir.nodes import HBMAccess, HBMTensor, TileRegion
+from .nodes import HBMAccess, HBMTensor, TileRegion
 from .exprs import ExprError, Ranges, fmt_float, pyexpr, simplify
 
 #: attribute keywords whose string value names an ``nl`` ALU op / activation function / dtype
