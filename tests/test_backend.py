@@ -161,3 +161,16 @@ def test_internal_compiler_error_raises_with_fallback_error(monkeypatch):
     f = torch.compile(lambda t: t.sin(), backend="neuron", options={"fallback": "error"})
     with pytest.raises(Exception, match="simulated compiler bug"):
         f(torch.randn(3))
+
+
+def test_pipeline_verifies_the_host_program(monkeypatch):
+    """verify_host_program runs on every lowered program (verify_ir on), after kernel verification."""
+    from neuron_inductor.ir import verify
+
+    seen = []
+    real = verify.verify_host_program
+    monkeypatch.setattr(verify, "verify_host_program", lambda p: (seen.append(p.name), real(p)))
+    x = torch.randn(130, 9)
+    torch.testing.assert_close(_run(lambda x: x.exp() * 3, x, options={"fallback": "error", "cache": False}),
+                               x.exp() * 3)
+    assert len(seen) == 1

@@ -344,14 +344,25 @@ def verify_kernel(k: Kernel, target: Target) -> None:
 
 
 def verify_program(p: Program, target: Target) -> None:
-    """Verify every kernel once, plus the host program's naming: every host value is defined before
-    it is used, kernel names are unique and calls match their kernel's signature."""
+    """Verify every kernel once, plus the host program (:func:`verify_host_program`)."""
+    for k in _unique_kernels(p).values():
+        verify_kernel(k, target)
+    verify_host_program(p)
+
+
+def _unique_kernels(p: Program) -> dict[str, Kernel]:
     kernels: dict[str, Kernel] = {}
     for k in p.kernels:
         if kernels.setdefault(k.name, k) is not k:
             raise IRVerificationError(k.name, "unique-names", f"two different kernels are named {k.name}")
-    for k in kernels.values():
-        verify_kernel(k, target)
+    return kernels
+
+
+def verify_host_program(p: Program) -> None:
+    """The host program's naming: kernel names are unique, every host value is defined before it
+    is used and calls match their kernel's signature. The compile pipeline runs this after
+    lowering (each kernel was verified as it was built)."""
+    _unique_kernels(p)
     defined = set(p.inputs)
 
     def use(names: Iterable[str], where: str) -> None:
