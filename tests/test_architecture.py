@@ -49,8 +49,8 @@ DATA_TYPES = {
 
 #: The graph <-> lowering fusion knot: ``graph/fusion.py``'s groups subclass lowering's fused
 #: group while ``lowering/graph.py`` calls the partitioner, and lowering's package root
-#: re-exports modules that import it back. Issue 11 item 1 (fusion moves into lowering's
-#: scheduling, ``lower_graph`` takes groups) removes these edges; delete each entry as it goes.
+#: re-exports modules that import it back. Moving fusion into lowering's scheduling (one group
+#: type, ``lower_graph`` taking groups) removes these edges; delete each entry as it goes.
 ALLOWED_EDGES: set[tuple[str, str]] = {
     # lower_graph calls the partitioner itself instead of receiving groups
     ("neuron_inductor.lowering.graph", "neuron_inductor.graph.fusion"),
@@ -59,14 +59,14 @@ ALLOWED_EDGES: set[tuple[str, str]] = {
 #: files over MAX_LINES lines, with their current length (shrink only)
 MAX_LINES = 600
 LONG_FILES: dict[str, int] = {
-    "neuron_inductor/lowering/fused.py": 752,  # plan/emit split (issue 11 item 2)
+    "neuron_inductor/lowering/fused.py": 752,  # until the tile plan is split from the emitters
     "neuron_inductor/lowering/indexing.py": 616,
 }
 
 #: classes with more than MAX_METHODS methods, with their current count (shrink only)
 MAX_METHODS = 20
 BIG_CLASSES: dict[str, int] = {
-    "neuron_inductor/lowering/fused.py::_FusedLowering": 37,  # plan/emit split (issue 11 item 2)
+    "neuron_inductor/lowering/fused.py::_FusedLowering": 37,  # until the tile plan is split from the emitters
 }
 
 

@@ -30,7 +30,7 @@ def _load():
 A = _load()
 
 
-# the 30 named in issue 4 (~8 s each); NEURON_TEST_ALL_ARCHS=1 runs every row of the README table
+# the core set (~8 s each); NEURON_TEST_ALL_ARCHS=1 runs every row of the README table
 _ARCHS = list(A.ARCHS) if os.environ.get("NEURON_TEST_ALL_ARCHS") else list(A.CORE)
 
 
