@@ -28,7 +28,7 @@ from torch import nn  # noqa: E402
 from _models import TransformerBlock, mlp  # noqa: E402
 from neuron_inductor import compile as ni_compile  # noqa: E402
 from neuron_inductor import config  # noqa: E402
-from neuron_inductor.cli_lint import lint_dir  # noqa: E402
+from neuron_inductor.cli.lint import lint_dir  # noqa: E402
 
 
 def _train(model, *inputs):

@@ -71,7 +71,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, options: dict[str, 
     warn_stock_sliding_recompiles()
     if _has_symbolic_inputs(example_inputs):
         from .dynamic import specialize_per_shape
-        return specialize_per_shape(gm, example_inputs, cfg)
+        return specialize_per_shape(gm, example_inputs, cfg, compile_dynamo_graph)
     return compile_dynamo_graph(gm, example_inputs, cfg)
 
 

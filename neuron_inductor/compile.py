@@ -42,6 +42,9 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     gm = run_passes(gm)  # the cache key was taken before; AOT does not reuse gm
     lowered = lower_graph(gm, cfg, name)
     program = lowered.program
+    if cfg.verify_ir:
+        from .ir.verify import verify_host_program
+        verify_host_program(program)
     kernels_src = generate_kernels_module(program.kernels, graph_name=name, target=cfg.target,
                                           user_kernels=program.user_kernels)
     check_kernel_source(kernels_src, user_kernels=program.user_kernels)

@@ -76,8 +76,12 @@ def specialize_graph(gm: fx.GraphModule, symbolic: list[int], args: list) -> fx.
 class ShapeSpecializer:
     """Callable standing in for a symbolic graph; one static compile per concrete signature."""
 
-    def __init__(self, gm: fx.GraphModule, cfg: Config, symbolic: list[int] | None = None) -> None:
+    def __init__(self, gm: fx.GraphModule, cfg: Config, symbolic: list[int] | None = None,
+                 compile_static: Callable[[fx.GraphModule, list, Config], Callable] | None = None) -> None:
+        # The static compiler is passed in by the backend (its caller) so this module never
+        # imports the backend back; None means the backend's own static path.
         self.gm = gm
+        self.compile_static = compile_static
         self.cfg = cfg
         self.symbolic = list(symbolic or [])
         self.compiled: dict[tuple, tuple[Callable, list[int]]] = {}
@@ -93,8 +97,6 @@ class ShapeSpecializer:
         return fn(*[args[i] for i in keep])
 
     def _specialise(self, args: list) -> tuple[Callable, list[int]]:
-        from .backend import compile_dynamo_graph
-
         log.debug("specialising symbolic graph for %s", [_signature(a) for a in args])
         if len(self.compiled) + 1 > MANY_SHAPES and not self._warned:
             self._warned = True
@@ -106,7 +108,9 @@ class ShapeSpecializer:
         skip = set(self.symbolic)
         keep = [i for i in range(len(args)) if i not in skip]
         static = specialize_graph(self.gm, self.symbolic, args)
-        return compile_dynamo_graph(static, [args[i] for i in keep], self.cfg), keep
+        if self.compile_static is None:
+            raise RuntimeError("ShapeSpecializer needs the backend's static compiler (compile_static)")
+        return self.compile_static(static, [args[i] for i in keep], self.cfg), keep
 
 
 def symbolic_positions(example_inputs: list) -> list[int]:
@@ -114,5 +118,7 @@ def symbolic_positions(example_inputs: list) -> list[int]:
     return [i for i, x in enumerate(example_inputs) if isinstance(x, _SYMBOLIC)]
 
 
-def specialize_per_shape(gm: fx.GraphModule, example_inputs: list, cfg: Config) -> Callable:
-    return ShapeSpecializer(gm, cfg, symbolic_positions(example_inputs))
+def specialize_per_shape(gm: fx.GraphModule, example_inputs: list, cfg: Config,
+                         compile_static: Callable[[fx.GraphModule, list, Config], Callable]) -> Callable:
+    """One static compile (by ``compile_static``) per concrete signature of a symbolic graph."""
+    return ShapeSpecializer(gm, cfg, symbolic_positions(example_inputs), compile_static)

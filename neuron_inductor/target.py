@@ -1,8 +1,9 @@
 """Hardware capabilities as data.
 
 Passes, the verifier, the simulator and the cost model read limits from a ``Target``; nothing in the
-compiler branches on a target's name.  Numbers come from ../shared/docs/nki.md (§2, §5); where the
-public sources disagree the conservative value is used and the choice is noted.
+compiler branches on a target's name.  Numbers come from the public AWS Neuron documentation (the NKI
+memory hierarchy, the Trainium/Trainium2 architecture pages and the ``nki.isa`` instruction
+cost notes); where the public sources disagree the conservative value is used and the choice is noted.
 """
 from __future__ import annotations
 

@@ -27,24 +27,54 @@ def test_bad_option_value_names_the_choices():
     assert "warn" in str(e.value) and "error" in str(e.value)
 
 
+def _counting_backend(options=None):
+    """The neuron backend behind a recorder of the graphs Dynamo hands it (one per compile)."""
+    from neuron_inductor.backend import neuron_backend
+
+    graphs: list = []
+
+    def backend(gm, example_inputs):
+        graphs.append([getattr(x, "shape", x) for x in example_inputs])
+        return neuron_backend(gm, example_inputs, options)
+    return backend, graphs
+
+
 @pytest.mark.parametrize("fullgraph", [True, False])
 def test_fullgraph(fullgraph):
+    """fullgraph=True compiles one graph; a graph break splits the function into two, both ours."""
     def fn(x):
         y = x.exp()
         if not fullgraph:
             print("graph break", end="")   # a graph break splits into two compiled graphs
         return (y * 2).sum(-1)
     x = torch.randn(300, 130)
-    torch.testing.assert_close(_run(fn, x, fullgraph=fullgraph, options={"fallback": "error"}),
-                               fn(x), atol=1e-4, rtol=1e-5)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    backend, graphs = _counting_backend({"fallback": "error"})
+    out = torch.compile(fn, backend=backend, fullgraph=fullgraph)(x)
+    torch.testing.assert_close(out, fn(x), atol=1e-4, rtol=1e-5)
+    assert len(graphs) == (1 if fullgraph else 2)
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == (0 if fullgraph else 1)
+
+
+def test_fullgraph_refuses_a_graph_break():
+    def fn(x):
+        print("graph break", end="")
+        return x.exp()
+    torch._dynamo.reset()
+    with pytest.raises(Exception):
+        torch.compile(fn, backend="neuron", fullgraph=True)(torch.randn(4, 4))
 
 
 def test_dynamic_false_recompiles_per_shape():
+    """dynamic=False: one static compile per new shape, none for a shape seen before."""
     torch._dynamo.reset()
-    f = torch.compile(lambda x: torch.tanh(x) + 1, backend="neuron", dynamic=False)
-    for n in (3, 300, 5):
+    backend, graphs = _counting_backend()
+    f = torch.compile(lambda x: torch.tanh(x) + 1, backend=backend, dynamic=False)
+    for n in (3, 300, 5, 3, 300):
         x = torch.randn(n, 7)
         torch.testing.assert_close(f(x), torch.tanh(x) + 1)
+    assert graphs == [[torch.Size([3, 7])], [torch.Size([300, 7])], [torch.Size([5, 7])]]
 
 
 def test_no_grad():
@@ -131,3 +161,16 @@ def test_internal_compiler_error_raises_with_fallback_error(monkeypatch):
     f = torch.compile(lambda t: t.sin(), backend="neuron", options={"fallback": "error"})
     with pytest.raises(Exception, match="simulated compiler bug"):
         f(torch.randn(3))
+
+
+def test_pipeline_verifies_the_host_program(monkeypatch):
+    """verify_host_program runs on every lowered program (verify_ir on), after kernel verification."""
+    from neuron_inductor.ir import verify
+
+    seen = []
+    real = verify.verify_host_program
+    monkeypatch.setattr(verify, "verify_host_program", lambda p: (seen.append(p.name), real(p)))
+    x = torch.randn(130, 9)
+    torch.testing.assert_close(_run(lambda x: x.exp() * 3, x, options={"fallback": "error", "cache": False}),
+                               x.exp() * 3)
+    assert len(seen) == 1

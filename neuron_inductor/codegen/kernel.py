@@ -12,8 +12,8 @@ from typing import Any
 
 from .. import spec
 from ..ir.nodes import Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, TileRegion, walk
-from .exprs import pyexpr
-from .text import access, region, size_key, value
+from ..ir.exprs import pyexpr
+from ..ir.text import access, region, size_key, value
 
 HEADER = "from neuron_inductor.runtime.nki import nki, nl, nisa"
 INDENT = "    "

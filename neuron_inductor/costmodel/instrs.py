@@ -1,6 +1,7 @@
 """Per-instruction costs: what one ``Instr`` or ``Dma`` occupies and how long until its result is ready.
 
-Every number here is a documented hardware figure (../shared/docs/nki.md §4.1 cost column, §5.2-§5.4),
+Every number here is a documented hardware figure (the ``nki.isa`` cost notes and the
+Trainium architecture pages of the AWS Neuron documentation),
 never a value fitted to a particular kernel. Rates and bandwidths come from the ``Target``; the
 micro-architectural constants below are the same on NeuronCore-v2 and -v3 per the public docs.
 

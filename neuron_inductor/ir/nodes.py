@@ -3,7 +3,7 @@
 Data, not strings: lowering builds these objects, the verifier checks them against a ``Target``, the
 printer dumps them for humans, the cost model walks them, and only codegen turns them into NKI text.
 
-Memory model (see ../shared/docs/nki.md §2):
+Memory model (the NKI memory hierarchy: HBM, SBUF, PSUM):
 * every HBM tensor a kernel sees is a *flat span* (1-D) of device memory; logical shapes, strides,
   broadcasting, transposes and slices are all expressed as access patterns (``HBMAccess``) into it,
   so views never cost a copy;

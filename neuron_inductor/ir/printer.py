@@ -8,15 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import text as _txt
 from .nodes import Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .program import Empty, Fallback, KernelCall, Program, Ref, TensorMeta, UserKernelCall, View
 
 _IND = "  "
-
-
-def _text():  # imported lazily: codegen depends on ir, not the other way round at import time
-    from ..codegen import text
-    return text
 
 
 def tile_decl(t: Tile) -> str:
@@ -38,13 +34,13 @@ def _safe(fn, *a, **kw) -> str:
 def _operand(v: Any, ranges: dict, key: str = "") -> str:
     if isinstance(v, str):
         return v
-    return _safe(_text().value, v, ranges, key=key)
+    return _safe(_txt.value, v, ranges, key=key)
 
 
 def format_stmt(s: Stmt, ranges: dict | None = None) -> str:
     """One line for one statement (a loop prints only its header)."""
     ranges = ranges or {}
-    t = _text()
+    t = _txt
     if isinstance(s, Loop):
         return f"for {s.var} in {s.kind}_range({s.extent}):"
     if isinstance(s, Alloc):

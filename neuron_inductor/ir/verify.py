@@ -15,6 +15,7 @@ import sympy
 
 from ..spec import Opnd, check_indirect, check_instr, reduce_axis_finding
 from ..target import Target
+from .exprs import ExprError, pyexpr
 from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
 from .program import Empty, Fallback, KernelCall, Program, Ref, UserKernelCall, View
@@ -50,7 +51,6 @@ def _bounds(e: Any, ranges: dict) -> tuple[int, int] | None:
     Exact, not interval arithmetic: ragged sizes such as ``min(128, 300 - 128*i)`` are correlated with
     the offsets they accompany, and only an exact range proves a violation without false alarms.
     """
-    from ..codegen.exprs import ExprError, pyexpr
     e = sympy.sympify(e)
     if e.is_Integer:
         return (int(e), int(e))
@@ -207,7 +207,6 @@ class _KernelVerifier:
                           f"view of all {a.tensor.numel} elements, whose shape gives the row stride "
                           f"(got {a.view})", s, ranges)
         # first / last element touched, composed as text (building sympy Min/Max terms is slow)
-        from ..codegen.exprs import ExprError, pyexpr
         try:
             first = last = f"({pyexpr(a.offset)})"
             syms = _syms(a.offset)
@@ -345,14 +344,25 @@ def verify_kernel(k: Kernel, target: Target) -> None:
 
 
 def verify_program(p: Program, target: Target) -> None:
-    """Verify every kernel once, plus the host program's naming: every host value is defined before
-    it is used, kernel names are unique and calls match their kernel's signature."""
+    """Verify every kernel once, plus the host program (:func:`verify_host_program`)."""
+    for k in _unique_kernels(p).values():
+        verify_kernel(k, target)
+    verify_host_program(p)
+
+
+def _unique_kernels(p: Program) -> dict[str, Kernel]:
     kernels: dict[str, Kernel] = {}
     for k in p.kernels:
         if kernels.setdefault(k.name, k) is not k:
             raise IRVerificationError(k.name, "unique-names", f"two different kernels are named {k.name}")
-    for k in kernels.values():
-        verify_kernel(k, target)
+    return kernels
+
+
+def verify_host_program(p: Program) -> None:
+    """The host program's naming: kernel names are unique, every host value is defined before it
+    is used and calls match their kernel's signature. The compile pipeline runs this after
+    lowering (each kernel was verified as it was built)."""
+    _unique_kernels(p)
     defined = set(p.inputs)
 
     def use(names: Iterable[str], where: str) -> None:

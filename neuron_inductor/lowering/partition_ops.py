@@ -16,8 +16,6 @@ tile's block sum is added into an SBUF accumulator on VectorE (the row loop is t
 """
 from __future__ import annotations
 
-import sympy
-
 from ..ir import Tile, TileRegion
 from .builder import KernelBuilder, ceil_div
 
@@ -118,8 +116,3 @@ def broadcast_partitions(kb: KernelBuilder, row: TileRegion, cols: int, scratch:
         kb.instr("vector", "tensor_copy", TileRegion(dst, (0, j * bw), (PMAX, w)),
                  {"src": scratch.region(PMAX, w)})
     return dst
-
-
-def rows_of(n: int, ip) -> sympy.Expr:
-    """Rows of row tile ``ip`` of ``n`` rows."""
-    return sympy.Min(PMAX, n - PMAX * ip) if n % PMAX else sympy.Integer(PMAX)

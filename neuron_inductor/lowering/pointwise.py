@@ -469,7 +469,7 @@ def _where(ctx, node, cond, a, b):
     return out
 
 
-@register_pointwise(aten._to_copy.default, aten.clone.default, aten.alias.default,
+@register_pointwise(aten._to_copy.default, aten.clone.default,
                     aten.lift_fresh_copy.default, torch.ops.prims.convert_element_type.default)
 def _cast(ctx, node, a, dtype=None, **kw):
     val = node.meta["val"]

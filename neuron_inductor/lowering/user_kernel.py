@@ -15,18 +15,35 @@ kernel), nothing runs on the host. What lowering still owns is the calling conve
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx as fx
 
-from ..graph.fusion import val
 from ..ir import Ref, TensorMeta, UserKernelCall
 from ..user_kernels import UserKernel, lookup
 from .layout import LoweringError, meta_of
 
-if TYPE_CHECKING:
-    from .graph import GraphLowering
+
+
+class GraphLowering(Protocol):
+    """What this module uses of ``lowering.graph.GraphLowering`` (its caller), declared here so the
+    two modules do not import each other."""
+
+    program: Any
+    host: dict[fx.Node, str]
+    host_meta: dict[fx.Node, TensorMeta]
+    _densified: set[fx.Node]
+
+    def lower_group(self, group: Any) -> None: ...
+    def host_value(self, a: fx.Node) -> str: ...
+    def _fresh(self, prefix: str) -> str: ...
+    def _single(self, n: fx.Node) -> Any: ...
+
+
+def val(n: fx.Node) -> Any:
+    """The fake tensor (or value) Dynamo/AOTAutograd recorded for ``n``."""
+    return n.meta.get("val")
 
 aten = torch.ops.aten
 

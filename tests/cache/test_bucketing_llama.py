@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: bucketed lengths compile once per bucket, then never again in a new process.
+"""Bucketed lengths compile once per bucket, then never again in a new process.
 
 64 random lengths padded by BucketingCollator (1..128 to multiples of 16: 8 buckets, the same
 arithmetic as 1..1024 to multiples of 128 at a size the simulator runs quickly). Dynamo's default

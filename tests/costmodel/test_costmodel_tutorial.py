@@ -1,4 +1,4 @@
-"""The cost model against the published NKI matmul tutorial numbers (issue 5, point 2).
+"""The cost model against the published NKI matmul tutorial numbers.
 
 The four kernels are the tutorial's, rewritten as tile IR in tutorial_kernels.py; the model has no
 knowledge of them. ±30% and the right order is the acceptance bar.

@@ -1,4 +1,4 @@
-"""Group merging (issue 5, one HBM read per fused group): a norm's backward is one kernel — producers
+"""Group merging (one HBM read per fused group): a norm's backward is one kernel — producers
 in several groups are folded together, sibling groups reading the same tensor too, a broadcast of a
 row statistic is computed through, and the weight-gradient sum over rows rides along as a column sum.
 A merged group that cannot be lowered falls back to the groups it was merged from, in order."""

@@ -1,4 +1,4 @@
-"""One HBM read and one write per fused group (issue 5): on normalisation and softmax graphs, forward
+"""One HBM read and one write per fused group: on normalisation and softmax graphs, forward
 and backward, the DMA bytes the simulator counts stay within 1.15x of the graph's minimum — every
 unique input read once plus every output written once. Each AOT graph (forward, backward) is measured
 on its own, around the compiled callable, so the minimum is exactly that graph's inputs and outputs."""

@@ -1,6 +1,6 @@
 """The built-in NKI simulator: the ``nki`` / ``nl`` / ``nisa`` subset we emit, on numpy.
 
-Model (mirrors the official ``nki.simulate``, ../shared/docs/nki.md §1.4, plus capacity checks):
+Model (mirrors the official ``nki.simulate``, plus capacity checks):
 
 * A kernel call (``nki.jit``) wraps each array argument, without copying, as a flat HBM tensor and
   runs the Python body *eagerly, in program order*; every ``nisa`` instruction computes immediately

@@ -12,6 +12,8 @@ import re
 import sys
 from typing import Any
 
+from .active import current
+
 
 class SimulatorError(Exception):
     """A kernel did something the hardware (or NKI) would refuse.
@@ -77,8 +79,6 @@ def refuse(rule: str, detail: str, *objs: Any, allocating: bool = False) -> Simu
     """Build (not raise) the error for ``rule``; callers ``raise refuse(...)``.
 
     ``allocating`` marks a refused allocation, whose tile is not bound to a variable yet."""
-    from .state import current
-
     ctx = current()
     kernel = ctx.name if ctx is not None else None
     frame = _kernel_frame(ctx.code) if ctx is not None else None

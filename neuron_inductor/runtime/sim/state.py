@@ -10,12 +10,12 @@ checks see what is live *now*, not everything the kernel ever allocated.
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .counters import Counters, TraceRecord, emit, tracing
 from .dtypes import NAMES
+from .active import current, stack as _stack
 from .errors import refuse
 
 if TYPE_CHECKING:
@@ -172,21 +172,6 @@ class KernelContext:
             memories = tuple(t.memory for t in operands)
             emit(TraceRecord(self.name, engine, op, int(partitions), int(free), dtypes, int(nbytes),
                              memories, dims))
-
-
-_local = threading.local()
-
-
-def _stack() -> list[KernelContext]:
-    s = getattr(_local, "stack", None)
-    if s is None:
-        s = _local.stack = []
-    return s
-
-
-def current() -> KernelContext | None:
-    s = _stack()
-    return s[-1] if s else None
 
 
 def require_kernel(api: str) -> KernelContext:

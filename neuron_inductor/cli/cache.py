@@ -1,7 +1,7 @@
 """``neuron-inductor cache ...``: see, check and manage the compile cache.
 
 Human-readable tables by default, ``--json`` for scripts. Exit codes: 0 ok, 1 a problem was found
-(bad entries, unknown key, insecure dir, bad import), 2 usage error. ``cli.py`` mounts this with
+(bad entries, unknown key, insecure dir, bad import), 2 usage error. ``cli/__init__.py`` mounts this with
 :func:`add_cache_parser` and dispatches to :func:`run_cache`.
 """
 from __future__ import annotations
@@ -493,7 +493,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Path], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry (``python -m neuron_inductor.cli_cache list``), same as ``neuron-inductor cache``."""
+    """Standalone entry (``python -m neuron_inductor.cli.cache list``), same as ``neuron-inductor cache``."""
     parser = argparse.ArgumentParser(prog="neuron-inductor")
     add_cache_parser(parser.add_subparsers(dest="command"))
     try:

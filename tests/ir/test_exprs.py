@@ -7,7 +7,7 @@ import pytest
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from neuron_inductor.codegen.exprs import ExprError, bounds, pyexpr, simplify
+from neuron_inductor.ir.exprs import ExprError, bounds, pyexpr, simplify
 from neuron_inductor.ir import loop_var
 
 i, j = loop_var("i0"), loop_var("i1")

@@ -5,12 +5,11 @@ the same region the same way.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import sympy
 
-from ..ir.nodes import HBMAccess, HBMTensor, TileRegion
+from .nodes import HBMAccess, HBMTensor, TileRegion
 from .exprs import ExprError, Ranges, fmt_float, pyexpr, simplify
 
 #: attribute keywords whose string value names an ``nl`` ALU op / activation function / dtype
@@ -91,7 +90,3 @@ def value(v: Any, ranges: Ranges | None = None, *, key: str = "", names: Names |
         items = [value(x, ranges, key=key, names=names) for x in v]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     raise ExprError(f"operand {key}={v!r} ({type(v).__name__}) has no kernel spelling")
-
-
-def is_nonfinite(v: Any) -> bool:
-    return isinstance(v, float) and not math.isfinite(v)

@@ -1,33 +1,22 @@
-"""``neuron-inductor``: the command line (``--version``, ``doctor``, ``lint DIR``, ``cache ...``).
+"""``neuron-inductor doctor``: the first questions of any bug report, answered in one go.
 
-``doctor`` answers the first questions of any bug report in one go: which target and runtime
-(device or simulator) would be used, whether this host looks like a Trainium and why, the versions
-that enter the cache key, whether the cache dir is usable, and whether torch can find the backend.
-
-Exit codes: 0 ok, 1 ``doctor`` found a problem, 2 usage error.
+Which target and runtime (device or simulator) would be used, whether this host looks like a
+Trainium and why, the versions that enter the cache key, whether the cache dir is usable, and
+whether torch can find the backend. Exit 1 when a problem was found.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
-import sys
 from importlib import metadata
-from typing import Any, Sequence
+from typing import Any
 
 from neuron_inductor import __version__
 
 _VERSIONED = ("torch", "numpy", "sympy", "networkx", "transformers", "accelerate", "trl",
               "nki", "neuronxcc", "torch-neuronx")
-
-try:  # the cache commands live in their own module; the CLI works without it
-    from neuron_inductor.cli_cache import add_cache_parser, run_cache
-except ImportError:  # pragma: no cover - depends on what is installed
-    add_cache_parser = None  # type: ignore[assignment]
-    run_cache = None  # type: ignore[assignment]
-
 
 def _version(dist: str) -> str | None:
     try:
@@ -210,72 +199,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if report["problems"] else 0
 
 
-def supported_ops() -> dict[str, list[str]]:
-    """Lowered ATen ops by family (what runs in NKI kernels), and ops decomposed into those."""
-    from . import lowering  # noqa: F401  (registers every lowering)
-    from .graph.decompositions import decomposition_table
-    from .lowering.registry import KERNELS, POINTWISE, REDUCTIONS, VIEWS
-
-    def names(ops) -> list[str]:
-        return sorted({str(o).replace("aten.", "").rsplit(".", 1)[0] for o in ops
-                       if str(o).startswith("aten.")})
-    return {"pointwise": names(POINTWISE), "reductions": names(REDUCTIONS),
-            "kernels": names(KERNELS), "views (access patterns, no kernel)": names(VIEWS),
-            "decomposed first": names(decomposition_table())}
-
-
-def _cmd_ops(args: argparse.Namespace) -> int:
-    ops = supported_ops()
-    if args.json:
-        print(json.dumps(ops, indent=2))
-        return 0
-    for family, names in ops.items():
-        if family == "decomposed first" and not args.all:
-            print(f"{family}: {len(names)} ops (--all lists them)")
-            continue
-        print(f"{family} ({len(names)}):")
-        print("  " + ", ".join(names))
-    print("anything else runs as a declared fallback (eager ATen on the host, logged and counted; "
-          "options={'fallback': 'error'} refuses it)")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="neuron-inductor",
-        description="neuron_inductor: torch.compile backend for AWS Trainium (NKI kernels, with a "
-                    "built-in simulator elsewhere).")
-    parser.add_argument("--version", action="version", version=f"neuron-inductor {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def add_doctor_parser(sub: Any) -> None:
     doctor = sub.add_parser("doctor", help="show target, runtime, host detection, versions, cache dir "
                                            "and backend registration")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=_cmd_doctor)
-    ops = sub.add_parser("ops", help="list the ATen ops that are lowered to NKI kernels")
-    ops.add_argument("--json", action="store_true", help="print the lists as JSON")
-    ops.add_argument("--all", action="store_true", help="also list the decomposed ops")
-    ops.set_defaults(func=_cmd_ops)
-    from .cli_lint import add_lint_parser
-    add_lint_parser(sub)
-    if add_cache_parser is not None:
-        add_cache_parser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help/--version exit 0, usage errors 2
-        return exc.code if isinstance(exc.code, int) else 2
-    if args.command is None:
-        parser.print_usage(sys.stderr)
-        print("neuron-inductor: error: a command is required (see --help)", file=sys.stderr)
-        return 2
-    if args.command == "cache" and run_cache is not None:
-        return run_cache(args)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,7 @@ from typing import Any
 
 def lint_dir(path: str, target: str | None = None) -> dict[str, Any]:
     """``{"modules": n, "kernels": n, "findings": {rule: ["file:kernel:line: detail", ...]}}``."""
-    from .codegen.conform import conformance_findings
+    from ..codegen.conform import conformance_findings
 
     by_rule: dict[str, list[str]] = defaultdict(list)
     modules = kernels = 0
@@ -40,7 +40,7 @@ def lint_dir(path: str, target: str | None = None) -> dict[str, Any]:
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    from .spec import RULES
+    from ..spec import RULES
 
     report = lint_dir(args.dir, args.target)
     if args.json:

@@ -287,11 +287,6 @@ def is_int_valued(e: object) -> bool:
     return isinstance(e, sympy.Basic) and bool(e.is_Integer)
 
 
-def as_int(e: object) -> int:
-    assert is_int_valued(e), e
-    return int(e)  # type: ignore[arg-type]
-
-
 def fmt_float(v: float) -> str:
     """A float literal that round-trips (``float('inf')`` / ``float('nan')`` for non-finite)."""
     if math.isnan(v):
