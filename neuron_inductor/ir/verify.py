@@ -18,7 +18,7 @@ from ..target import Target
 from .exprs import ExprError, pyexpr
 from .nodes import DTYPE_BYTES, MEMORIES, Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from .printer import format_stmt
-from .program import Empty, Fallback, KernelCall, Program, Ref, UserKernelCall, View
+from .program import Collective, Empty, Fallback, KernelCall, Program, Ref, UserKernelCall, View
 
 #: structural rules of the IR; instruction rules (engines, operators, dtypes, memories, shapes) are
 #: those of the instruction specification, ``neuron_inductor.spec.RULES``
@@ -390,8 +390,8 @@ def verify_host_program(p: Program) -> None:
             defined.add(st.name)
         elif isinstance(st, Empty):
             defined.add(st.name)
-        elif isinstance(st, Fallback):
-            use(refs(st.args) + refs(st.kwargs), f"fallback {st.target}")
+        elif isinstance(st, (Fallback, Collective)):
+            use(refs(st.args) + refs(st.kwargs), f"host call {st.target}")
             defined.update(st.results)
         elif isinstance(st, UserKernelCall):
             use(refs(st.args), f"call of {st.kernel}")
