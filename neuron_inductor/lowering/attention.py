@@ -313,8 +313,9 @@ class _Balance:
         ins = copy_instr(self.either(), dst, src)
         self.instr(ins.engine, ins.op, dst, ins.srcs, **ins.attrs)
 
-    def scale_rows(self, dst: TileRegion, src: TileRegion, factor: TileRegion) -> None:
-        """dst = src * factor (a [P, 1] column) on the less busy engine."""
+    def scale_rows(self, dst: TileRegion, src: TileRegion, factor: "TileRegion | float") -> None:
+        """dst = src * factor (a [P, 1] float32 column or a constant) on the less busy engine; GpSimd
+        tensor_scalar is documented for rsqrt only, so a multiply goes to VectorE or ScalarE."""
         if self.either() == "scalar":
             self.instr("scalar", "activation", dst, {"data": src, "scale": factor}, op="copy")
         else:
@@ -426,7 +427,7 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
     if ctx.rows_may_die:   # a row left without keys gets logsumexp 0 (as torch), so P = 0 in backward
         alive = kb.tile((PMAX, nq, H), "float32", prefix="lse_alive").region(PMAX, nq, H)
         bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": DEAD}, op0="greater")
-    kb.instr("gpsimd", "tensor_scalar", mr, {"data": mr, "operand0": ctx.scale}, op0="multiply")
+    bal.scale_rows(mr, mr, ctx.scale)
     kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
     if alive is not None:
         kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": alive}, op="multiply")
@@ -491,7 +492,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
                       op="maximum", axis=(1,), keepdims=True)
         if si:
             bal.instr("vector", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
-        kb.instr("gpsimd", "tensor_scalar", NEGM, {"data": m_new, "operand0": -scale}, op0="multiply")
+        bal.scale_rows(NEGM, m_new, -scale)
         if si:   # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
             bal.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
@@ -521,7 +522,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             if si == 0:
                 bal.copy(o_sb, o_ps)
             else:
-                kb.instr("gpsimd", "tensor_scalar", o_sb, {"data": o_sb, "operand0": ALPHA}, op0="multiply")
+                bal.scale_rows(o_sb, o_sb, ALPHA)
                 bal.instr("vector", "tensor_tensor", o_sb, {"data1": o_sb, "data2": o_ps}, op="add")
     acc = o_sb if len(steps) > 1 else o_ps
     m_fin = M[(len(steps) - 1) % 2]
