@@ -369,6 +369,10 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                  op1="multiply")
         kb.instr("vector", "tensor_scalar", ident.region(PMAX, PMAX),
                  {"data": ident.region(PMAX, PMAX), "operand0": 0.0}, op0="equal")
+    # -scale in a column: GpSimd may multiply two tiles (tensor_tensor) but not a tile by a constant
+    # (tensor_scalar there is rsqrt only), so -scale * m stays off the busy VectorE / ScalarE
+    negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
+    kb.instr("gpsimd", "memset", negs.region(PMAX, 1), {}, value=float(-ctx.scale))
     with kb.loop(B, "affine", "b") as b:
         # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
         # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
@@ -389,6 +393,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
                 tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
                 st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
+                negs=negs,
                 osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
                 oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
             ) for _ in range(nsets)]
