@@ -313,8 +313,9 @@ class _Balance:
         ins = copy_instr(self.either(), dst, src)
         self.instr(ins.engine, ins.op, dst, ins.srcs, **ins.attrs)
 
-    def scale_rows(self, dst: TileRegion, src: TileRegion, factor: TileRegion) -> None:
-        """dst = src * factor (a [P, 1] column) on the less busy engine."""
+    def scale_rows(self, dst: TileRegion, src: TileRegion, factor: "TileRegion | float") -> None:
+        """dst = src * factor (a [P, 1] float32 column or a constant) on the less busy engine; GpSimd
+        tensor_scalar is documented for rsqrt only, so a multiply goes to VectorE or ScalarE."""
         if self.either() == "scalar":
             self.instr("scalar", "activation", dst, {"data": src, "scale": factor}, op="copy")
         else:
@@ -368,6 +369,10 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                  op1="multiply")
         kb.instr("vector", "tensor_scalar", ident.region(PMAX, PMAX),
                  {"data": ident.region(PMAX, PMAX), "operand0": 0.0}, op0="equal")
+    # -scale in a column: GpSimd may multiply two tiles (tensor_tensor) but not a tile by a constant
+    # (tensor_scalar there is rsqrt only), so -scale * m stays off the busy VectorE / ScalarE
+    negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
+    kb.instr("gpsimd", "memset", negs.region(PMAX, 1), {}, value=float(-ctx.scale))
     with kb.loop(B, "affine", "b") as b:
         # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
         # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
@@ -388,6 +393,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
                 tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
                 st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
+                negs=negs,
                 osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
                 oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
             ) for _ in range(nsets)]
@@ -426,7 +432,7 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
     if ctx.rows_may_die:   # a row left without keys gets logsumexp 0 (as torch), so P = 0 in backward
         alive = kb.tile((PMAX, nq, H), "float32", prefix="lse_alive").region(PMAX, nq, H)
         bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": DEAD}, op0="greater")
-    kb.instr("gpsimd", "tensor_scalar", mr, {"data": mr, "operand0": ctx.scale}, op0="multiply")
+    bal.scale_rows(mr, mr, ctx.scale)
     kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
     if alive is not None:
         kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": alive}, op="multiply")
@@ -491,7 +497,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
                       op="maximum", axis=(1,), keepdims=True)
         if si:
             bal.instr("vector", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
-        kb.instr("gpsimd", "tensor_scalar", NEGM, {"data": m_new, "operand0": -scale}, op0="multiply")
+        bal.scale_rows(NEGM, m_new, -scale)
         if si:   # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
             bal.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
@@ -521,7 +527,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             if si == 0:
                 bal.copy(o_sb, o_ps)
             else:
-                kb.instr("gpsimd", "tensor_scalar", o_sb, {"data": o_sb, "operand0": ALPHA}, op0="multiply")
+                bal.scale_rows(o_sb, o_sb, ALPHA)
                 bal.instr("vector", "tensor_tensor", o_sb, {"data1": o_sb, "data2": o_ps}, op="add")
     acc = o_sb if len(steps) > 1 else o_ps
     m_fin = M[(len(steps) - 1) % 2]

@@ -108,7 +108,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             col = TileRegion(nlse, (0, i), (rows, 1))
             kb.dma(col, HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + PMAX * i * lse.st[2],
                                   ((lse.st[2], rows), (1, 1))))
-            kb.instr("gpsimd", "tensor_scalar", col, {"data": col, "operand0": -1.0}, op0="multiply")
+            kb.instr("scalar", "activation", col, {"data": col}, op="copy", scale=-1.0)   # GpSimd: rsqrt only
             # D_i = rowsum(dO * O)
             kb.dma(ot.region(rows, D), o.rows(b, h, PMAX * i, rows, D))
             kb.instr("gpsimd", "tensor_tensor", prod.region(rows, D), {"data1": dri, "data2": ot.region(rows, D)},
