@@ -72,3 +72,12 @@ def test_decoder_layer_traces_attention_to_the_flash_kernels(monkeypatch):
     assert "_scaled_dot_product_flash_attention_for_cpu" in ops["forward"]
     assert "_scaled_dot_product_flash_attention_for_cpu_backward" in ops["backward"]
     assert "_softmax" not in ops["forward"] and "bmm" not in ops["forward"]
+
+
+def test_stored_summary_reports_small_descriptor_share():
+    from neuron_inductor.costmodel.summary import format_cost_summary, summarize_program
+
+    pc = priced(lambda a: a[:, :16] * 2.0, [(4096, 1024)])
+    cost = summarize_program(pc, "trn2")
+    assert cost["kernels"][0]["dma_small_bytes"] == cost["kernels"][0]["dma_bytes"] > 0
+    assert "DMA bytes in descriptors < 2 KiB/partition: 100%" in format_cost_summary(cost)
