@@ -7,6 +7,8 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
+from .stack_pass import masked_sum_to_cat
+
 aten = torch.ops.aten
 
 
@@ -137,6 +139,7 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     strip_rng_wrappers,
     full_like_to_full,
     common_subexpression_elimination,
+    masked_sum_to_cat,
     dead_code_elimination,
 ]
 
