@@ -56,9 +56,16 @@ def source_ops(provenance: Sequence[str], limit: int = 6) -> str:
     return ", ".join(ops[:limit]) + more
 
 
+def bound_by(k: KernelCost) -> str:
+    """The model's bound, naming the engine when it is compute (``vector``), ``dma`` for memory."""
+    if k.bound == "compute":
+        return max(ENGINES[:-1], key=lambda e: k.busy_s.get(e, 0.0))
+    return {"memory": "dma"}.get(k.bound, k.bound)
+
+
 def format_kernel_report(costs: ProgramCost, findings: dict[str, int] | None = None) -> str:
     """The table a performance engineer acts on, slowest kernel first: time and share of the step,
-    what bounds it, each engine's busy share, HBM bytes against the kernel's minimum (every parameter
+    what bounds it (the busiest engine, ``dma`` or ``overhead``), each engine's busy share, HBM bytes against the kernel's minimum (every parameter
     read once, every output written once), the share of DMA bytes moved in descriptors under 2 KiB
     per partition, NKI conformance findings (``findings``: kernel -> count, when given) and the source
     ops."""
@@ -77,7 +84,7 @@ def format_kernel_report(costs: ProgramCost, findings: dict[str, int] | None = N
         nki = f"  {findings.get(k.name, 0):>3}" if findings is not None else ""
         name = k.name if len(k.name) <= name_w else k.name[:name_w - 1] + "~"
         lines.append(f"{name:<{name_w}}  {_fmt_time(k.seconds):>10}  {100 * k.seconds / total:4.1f}%  "
-                     f"{k.bound:<8}  {util}  {_fmt_bytes(k.hbm_bytes):>9}  {xmin}  "
+                     f"{bound_by(k):<8}  {util}  {_fmt_bytes(k.hbm_bytes):>9}  {xmin}  "
                      f"{100 * k.small_dma_share:3.0f}%{nki}  {source_ops(k.provenance)}")
     minimum = sum(k.min_hbm_bytes for k in kernels)
     lines.append(f"{'total':<{name_w}}  {_fmt_time(costs.seconds):>10}  {len(kernels)} kernel(s), "

@@ -81,3 +81,13 @@ def test_stored_summary_reports_small_descriptor_share():
     cost = summarize_program(pc, "trn2")
     assert cost["kernels"][0]["dma_small_bytes"] == cost["kernels"][0]["dma_bytes"] > 0
     assert "DMA bytes in descriptors < 2 KiB/partition: 100%" in format_cost_summary(cost)
+
+
+def test_bound_names_the_engine():
+    from neuron_inductor.costmodel.report import bound_by
+
+    # a 2048^3 bf16 GEMM keeps TensorE busiest; a wide fp32 scale only moves bytes
+    (mm,) = priced(lambda a, b: a @ b, [(2048, 2048), (2048, 2048)], torch.bfloat16).kernels
+    (copy,) = priced(lambda a: a * 2.0, [(256, 4096)]).kernels
+    assert (mm.bound, bound_by(mm)) == ("compute", "tensor")
+    assert (copy.bound, bound_by(copy)) == ("memory", "dma")
