@@ -65,10 +65,10 @@ def bound_by(k: KernelCost) -> str:
 
 def format_kernel_report(costs: ProgramCost, findings: dict[str, int] | None = None) -> str:
     """The table a performance engineer acts on, slowest kernel first: time and share of the step,
-    what bounds it (the busiest engine, ``dma`` or ``overhead``), each engine's busy share, HBM bytes against the kernel's minimum (every parameter
-    read once, every output written once), the share of DMA bytes moved in descriptors under 2 KiB
-    per partition, NKI conformance findings (``findings``: kernel -> count, when given) and the source
-    ops."""
+    what bounds it (the busiest engine, ``dma`` or ``overhead``), each engine's busy share, HBM bytes
+    against the kernel's minimum (every parameter read once, every output written once), the share
+    of DMA bytes moved in descriptors under 2 KiB per partition, NKI conformance findings
+    (``findings``: kernel -> count, when given) and the source ops."""
     total = costs.seconds or 1.0
     kernels = sorted(costs.kernels, key=lambda k: -k.seconds)
     name_w = min(40, max([len("kernel")] + [len(k.name) for k in kernels]))

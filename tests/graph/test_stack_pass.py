@@ -10,8 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from neuron_inductor import lowering
 from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
-from neuron_inductor.graph.decompositions import decomposition_table
 from neuron_inductor.graph import passes
+from neuron_inductor.graph.decompositions import decomposition_table
 from neuron_inductor.graph.passes import run_passes
 from neuron_inductor.graph.stack_pass import masked_sum_to_cat
 from neuron_inductor.target import get_target
@@ -25,13 +25,13 @@ def unbind_fn(qkv: torch.Tensor) -> torch.Tensor:
     return q * k * v
 
 
-def grad_via_aot(x: torch.Tensor, passes: bool):
+def grad_via_aot(x: torch.Tensor, with_passes: bool):
     """(x.grad, backward graph) through AOTAutograd with our decompositions, the backward graph run
     with or without our passes."""
     seen = {}
 
     def bw(gm, example_inputs):
-        if passes:
+        if with_passes:
             run_passes(gm)
         seen["bw"] = gm
         return make_boxed_func(gm)
@@ -52,9 +52,9 @@ def test_unbind_backward_becomes_cat_and_is_exact():
     x[1, 0, 0, 0] = -0.0
     x[0, 1, 2, 3] = float("nan")
     x[2, 1, 1, 1] = float("inf")
-    before, gm0 = grad_via_aot(x, passes=False)
+    before, gm0 = grad_via_aot(x, with_passes=False)
     assert aten.where.self in targets(gm0)  # the pattern the pass exists for
-    after, gm1 = grad_via_aot(x, passes=True)
+    after, gm1 = grad_via_aot(x, with_passes=True)
     assert aten.cat.default in targets(gm1) and aten.where.self not in targets(gm1)
     xe = x.clone().requires_grad_()
     unbind_fn(xe).sum().backward()
@@ -79,7 +79,8 @@ def test_partial_cover_is_left_alone():
 def test_llama_qkv_gradient_gather_modelled(target):
     # the decoder layer's fused-qkv gradient gather, [3, 1, 32, 2048, 128] bf16: three masked
     # selects and two adds on VectorE were 5.08 ms (VectorE bound); as a cat it is copies only
-    _, gm = grad_via_aot(torch.empty(3, 1, 32, 2048, 128, dtype=torch.bfloat16, device="meta"), True)
+    x = torch.empty(3, 1, 32, 2048, 128, dtype=torch.bfloat16, device="meta")
+    _, gm = grad_via_aot(x, with_passes=True)
     lg = lowering.lower_graph(gm, get_config().replace(target=target, cache=False), "qkv")
     gather = [k for k in lg.program.kernels if "cat" in k.name or "where" in k.name]
     assert gather and all("where" not in k.name for k in gather)
