@@ -41,6 +41,8 @@ LOAD_STATIONARY_SPEEDUP = 4
 #: runs at 20% ("<256 B per partition is overhead-bound"), 2 KiB at 67% ("≥2 KiB recommended
 #: minimum"), 4 KiB at 80% and 64 KiB at 98% ("≥4 KiB saturates").
 DMA_DESCRIPTOR_OVERHEAD_BYTES = 1024
+#: contiguous bytes per partition below which a descriptor is "small" (§5.4: ≥2 KiB recommended)
+SMALL_DESCRIPTOR_BYTES = 2048
 
 #: ALU ops that VectorE runs at one element per cycle on all-bf16 contiguous SBUF inputs (§4.1)
 _FAST_BF16_OPS = frozenset({AluOp.add, AluOp.subtract, AluOp.multiply})
@@ -59,6 +61,9 @@ class Cost:
     flops: float = 0.0
     matmul_flops: float = 0.0
     hbm_bytes: float = 0.0
+    #: bytes a DMA moves, and the part of them moved in descriptors under ``SMALL_DESCRIPTOR_BYTES``
+    dma_bytes: float = 0.0
+    dma_small_bytes: float = 0.0
 
 
 def _prod(xs) -> int:
@@ -226,7 +231,8 @@ def dma_cost(dma: Dma, target: Target, ev: Evaluator, queue: str) -> Cost:
     pool = data * engines / target.dma_engines
     return Cost(latency=target.dma_fixed_s + data,
                 busy={"dma": pool, queue: max(target.dma_fixed_s, data)},
-                hbm_bytes=float(nbytes))
+                hbm_bytes=float(nbytes), dma_bytes=float(moved),
+                dma_small_bytes=float(moved) if chunk < SMALL_DESCRIPTOR_BYTES else 0.0)
 
 
 def make_evaluator(env: dict[sympy.Symbol, int]) -> Evaluator:

@@ -28,7 +28,7 @@ from typing import Iterable
 
 import sympy
 
-from ..ir.nodes import Alloc, Dma, HBMAccess, Instr, Kernel, Loop, Stmt, Tile, TileRegion
+from ..ir.nodes import DTYPE_BYTES, Alloc, Dma, HBMAccess, Instr, Kernel, Loop, Stmt, Tile, TileRegion
 from ..target import Target
 from .instrs import Cost, dma_cost, instr_cost, make_evaluator
 
@@ -49,6 +49,8 @@ class Summary:
     flops: float = 0.0
     matmul_flops: float = 0.0
     hbm_bytes: float = 0.0
+    dma_bytes: float = 0.0
+    dma_small_bytes: float = 0.0
     counts: dict[str, float] = field(default_factory=dict)
     psum_bytes: int = 0  # PSUM bytes per partition allocated inside (one iteration)
 
@@ -60,6 +62,8 @@ class Summary:
         self.flops += other.flops * times
         self.matmul_flops += other.matmul_flops * times
         self.hbm_bytes += other.hbm_bytes * times
+        self.dma_bytes += other.dma_bytes * times
+        self.dma_small_bytes += other.dma_small_bytes * times
 
     @property
     def bottleneck(self) -> float:
@@ -138,7 +142,8 @@ class _Walker:
         key = "dma" if isinstance(s, Dma) else s.engine
         return Summary(latency=c.latency, busy=dict(c.busy), need={t: 0.0 for t in reads | writes},
                        reads=reads, writes=writes, flops=c.flops, matmul_flops=c.matmul_flops,
-                       hbm_bytes=c.hbm_bytes, counts={key: 1.0})
+                       hbm_bytes=c.hbm_bytes, dma_bytes=c.dma_bytes, dma_small_bytes=c.dma_small_bytes,
+                       counts={key: 1.0})
 
     # -- statement lists -----------------------------------------------------------------------
     def body(self, stmts: list[Stmt], env: dict) -> Summary:
@@ -221,6 +226,17 @@ class KernelCost:
     hbm_bytes: float
     counts: dict[str, int]           # engine -> instructions (dma: transfers)
     peak_flops: float
+    dma_bytes: float = 0.0           # bytes moved by DMA (either side's dtype, the larger)
+    dma_small_bytes: float = 0.0     # ... of which in descriptors < 2 KiB per partition
+    #: the FX nodes the kernel computes (``Kernel.provenance``) and its minimum HBM bytes (every
+    #: parameter read once, every output written once)
+    provenance: list[str] = field(default_factory=list)
+    min_hbm_bytes: float = 0.0
+
+    @property
+    def small_dma_share(self) -> float:
+        """Share of the DMA bytes moved in descriptors under 2 KiB per partition."""
+        return self.dma_small_bytes / self.dma_bytes if self.dma_bytes > 0 else 0.0
 
     @property
     def mfu(self) -> float:
@@ -237,6 +253,16 @@ class ProgramCost:
     hbm_bytes: float
     #: the kernels that make up most of the time, slowest first
     critical: list[KernelCost]
+
+    @property
+    def dma_bytes(self) -> float:
+        return sum(k.dma_bytes for k in self.kernels)
+
+    @property
+    def small_dma_share(self) -> float:
+        """Share of all DMA bytes moved in descriptors under 2 KiB per partition."""
+        total = self.dma_bytes
+        return sum(k.dma_small_bytes for k in self.kernels) / total if total > 0 else 0.0
 
 
 def _bound(seconds: float, busy: dict[str, float], queue: float) -> str:
@@ -262,7 +288,10 @@ def estimate_kernel(kernel: Kernel, target: Target) -> KernelCost:
     return KernelCost(name=kernel.name, target=target.name, seconds=seconds,
                       bound=_bound(seconds, busy, queue), utilization=util, busy_s=busy, flops=sm.flops,
                       matmul_flops=sm.matmul_flops, hbm_bytes=sm.hbm_bytes, counts=counts,
-                      peak_flops=target.peak_bf16_flops)
+                      peak_flops=target.peak_bf16_flops, dma_bytes=sm.dma_bytes,
+                      dma_small_bytes=sm.dma_small_bytes, provenance=list(kernel.provenance),
+                      min_hbm_bytes=float(sum(t.numel * DTYPE_BYTES[t.dtype]
+                                              for t in list(kernel.params) + list(kernel.outputs))))
 
 
 def estimate_program(kernels: Iterable[Kernel], target: Target, critical_share: float = 0.8,

@@ -25,6 +25,8 @@ def summarize_program(pc: Any, target: str) -> dict[str, Any]:
         "flops": k.flops,
         "matmul_flops": k.matmul_flops,
         "hbm_bytes": k.hbm_bytes,
+        "dma_bytes": getattr(k, "dma_bytes", 0.0),
+        "dma_small_bytes": getattr(k, "dma_small_bytes", 0.0),
         "mfu": round(k.mfu, 4),
     } for k in pc.kernels]
     return {
@@ -69,6 +71,10 @@ def format_cost_summary(cost: dict[str, Any]) -> str:
     t = cost["total"]
     lines.append(f"{'total':<{name_w}}  {_fmt_time(t['seconds']):>11}  {t['n_kernels']} kernel(s), "
                  f"{t['flops'] / 1e9:.2f} GFLOP, {_fmt_bytes(t['hbm_bytes'])} HBM")
+    dma = sum(k.get("dma_bytes", 0.0) for k in kernels)
+    if dma > 0:
+        small = sum(k.get("dma_small_bytes", 0.0) for k in kernels)
+        lines.append(f"DMA bytes in descriptors < 2 KiB/partition: {100 * small / dma:.0f}%")
     if cost.get("critical") and t["seconds"] > 0:
         by_name = {k["name"]: k["seconds"] for k in kernels}
         crit = ", ".join(f"{n} ({100 * by_name.get(n, 0.0) / t['seconds']:.0f}%)" for n in cost["critical"])

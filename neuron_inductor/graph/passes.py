@@ -8,6 +8,7 @@ import torch
 import torch.fx as fx
 
 from .empty import fold_empty_operands
+from .stack_pass import masked_sum_to_cat
 
 aten = torch.ops.aten
 
@@ -140,6 +141,7 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     fold_empty_operands,
     full_like_to_full,
     common_subexpression_elimination,
+    masked_sum_to_cat,
     dead_code_elimination,
 ]
 
