@@ -29,6 +29,7 @@ import torch.fx
 from . import counters as _stats
 from .key import canonical_graph, input_record, qualified_name
 from .schema import SCHEMA_VERSION, package_fingerprint
+from ..user_kernels import digests_in
 
 _SAFE_MODULES = ("torch", "operator", "_operator", "math", "builtins")
 
@@ -108,12 +109,17 @@ def make_record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: An
     pb = params_and_buffers(gm)
     inputs = _inputs([*pb, *example_inputs])
     state = _state()
-    return {
+    record = {
         "schema": SCHEMA_VERSION, "package": package_fingerprint(), "torch": torch.__version__,
         "python": "%d.%d.%d" % sys.version_info[:3], "target": cfg.target, "kind": "dynamo",
         "config": {k: v for k, v in sorted(cfg.code_affecting().items())},
         "inputs": inputs, "state": state, "graph": canonical_graph(gm),
     }
+    # the hand-written kernels the graph calls, as in the ATen-level key: editing one recompiles
+    digests = digests_in(gm)
+    if digests:
+        record["user_kernels"] = digests
+    return record
 
 
 # -- what the AOTAutograd compile produced ----------------------------------------------------------

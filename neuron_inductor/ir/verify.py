@@ -363,7 +363,7 @@ def verify_host_program(p: Program) -> None:
     is used and calls match their kernel's signature. The compile pipeline runs this after
     lowering (each kernel was verified as it was built)."""
     _unique_kernels(p)
-    defined = set(p.inputs)
+    defined = set(p.inputs) | set(p.constants)
 
     def use(names: Iterable[str], where: str) -> None:
         for n in names:
