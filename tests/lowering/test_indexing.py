@@ -16,6 +16,7 @@ from neuron_inductor.codegen.check import check_kernel_source
 from neuron_inductor.codegen.kernel import generate_kernels_module
 from neuron_inductor.codegen.wrapper import generate_wrapper_module
 from neuron_inductor.config import Config
+from neuron_inductor.graph.passes import run_passes
 from neuron_inductor.ir import Dma, walk
 from neuron_inductor.lowering.graph import lower_graph
 from neuron_inductor.lowering.indexing import merge
@@ -26,7 +27,7 @@ aten = torch.ops.aten
 
 def compile_fn(fn, *args, free_chunk: int = 2048):
     """(compiled module, lowered program) of ``fn`` traced at ``args``; fallbacks are errors."""
-    gm = make_fx(fn)(*args)
+    gm = run_passes(make_fx(fn)(*args))  # as the pipeline does (empty cat pieces are dropped there)
     lg = lower_graph(gm, Config(fallback="error", free_chunk=free_chunk))
     ks = generate_kernels_module(lg.program.kernels, graph_name="test")
     check_kernel_source(ks)
