@@ -73,6 +73,33 @@ def _shapes(n: fx.Node) -> str:
     return ", ".join(parts)
 
 
+def _view_of_dense(a: fx.Node, root: fx.Node, rm: TensorMeta) -> TensorMeta:
+    """The layout of view ``a`` of ``root`` once ``root`` was given contiguous strides (see
+    ``_gapless``): the traced strides describe the gapped layout, so the view chain is replayed on a
+    meta tensor of the dense one. ``as_strided`` names absolute strides and cannot be replayed."""
+    chain = []
+    n = a
+    while n is not root:
+        chain.append(n)
+        n = n.args[0]
+    t = torch.empty(rm.storage_offset + rm.extent, dtype=val(root).dtype, device="meta").as_strided(
+        rm.size, rm.stride, rm.storage_offset)
+    for v in reversed(chain):
+        rest = v.args[1:]
+        if v.target is aten.as_strided.default or _has_node((rest, v.kwargs)):
+            raise LoweringError(f"{a.name}: view of {root.name}, whose layout with gaps was made dense")
+        t = v.target(t, *rest, **v.kwargs)
+    if tuple(t.shape) != tuple(val(a).shape):
+        raise LoweringError(f"{a.name}: view of {root.name} replayed on its dense layout gives {list(t.shape)}")
+    return TensorMeta(tuple(t.shape), tuple(t.stride()), t.storage_offset(), rm.dtype)
+
+
+def _has_node(args: object) -> bool:
+    found = []
+    fx.node.map_arg(args, lambda x: found.append(x))
+    return bool(found)
+
+
 class GraphLowering:
     def __init__(self, gm: fx.GraphModule, cfg: Config, name: str = "graph") -> None:
         self.gm = gm
@@ -99,9 +126,7 @@ class GraphLowering:
         rm = self.host_meta[root]
         m = meta_of(val(a))
         if root in self._densified:  # given contiguous strides (see _gapless): read it through those
-            if a is not root:
-                raise LoweringError(f"{a.name}: view of {root.name}, whose layout with gaps was made dense")
-            m = rm
+            m = rm if a is root else _view_of_dense(a, root, rm)
         rel = TensorMeta(m.size, m.stride, m.storage_offset - rm.storage_offset, m.dtype)
         return Source(self.host[root], rel, rm.extent, rm.dtype)
 

@@ -493,6 +493,11 @@ def _cast(ctx, node, a, dtype=None, **kw):
         if a.hi is not None:
             f = TVal(a.kind, integers.to_float(ctx, a))
             return f if tdt == "float32" else copy(ctx, f, tdt)
+        narrow = HW_DTYPE.get(node.args[0].meta["val"].dtype)
+        if narrow in ("bfloat16", "float16") and a.dtype == "float32" and tdt == "float32":
+            # a bf16/fp16 op computed in fp32 (tanh of a bf16 tile): round it as eager (and the HBM
+            # copy of the same value) did, so an fp32 consumer sees the stored number
+            a = copy(ctx, a, narrow)
         r = copy(ctx, a, tdt)
         r.bound = None
         return r

@@ -119,3 +119,33 @@ def test_int64_differences_against_zero():
     k = torch.tensor(special[::-1], dtype=torch.int64).reshape(1, 10)
     _check(lambda q, k: ((q - k) <= 0, (q - k) > 0, (q - k) == 0, (q - k) != 0, (q - k) < 0,
                          (k - q) >= 0, 0 > (q - k)), (q, k), torch.int64)
+
+
+def _far_int64(rows: int = 130, cols: int = 7, seed: int = 3) -> torch.Tensor:
+    """int64 values far outside int32: around +-2^40, at low-word carry/borrow edges, and full range."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(2**40 - 1000, 2**40 + 1000, (rows * cols,), generator=g)
+    x[1::3] *= -1
+    x[2::5] = torch.randint(-2**62, 2**62, (len(x[2::5]),), generator=g)
+    edges = [2**32 - 1, 2**32, -(2**32), -(2**32) - 1, 2**40 + 2**31 - 1, 2**40 + 2**31, -(2**40) - 2**31,
+             2**63 - 1, -(2**63), 2**62 + 1, 0, -1, 1]
+    x[:len(edges)] = torch.tensor(edges)
+    return x.reshape(rows, cols)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 7, 8, 11, 16, -3, -16, 17, 100, 2**20 + 1])
+def test_int64_mul_by_constants_far_outside_int32(k):
+    """Products by a constant on word pairs: exact (shift-and-add up to 16) or a declared fallback."""
+    i = _far_int64()
+    _check(lambda i: (i * k, k * i + 1), (i,), torch.int64)
+
+
+def test_int64_where_neg_abs_far_outside_int32():
+    """``torch.where(m, i * 3, -i)`` around 2^40 and friends give torch's numbers (word pairs kept
+    through neg, abs, where, add/sub carries, comparisons and casts)."""
+    i, j = _far_int64(), _far_int64(seed=4).flip(0)
+    m = torch.rand(i.shape, generator=torch.Generator().manual_seed(5)) > 0.5
+    _check(lambda i, j, m: (torch.where(m, i * 3, -i), -i, i.abs(), torch.where(m, -i, j.abs()),
+                            i + j, i - j, i + (2**32 - 1), i - 2**31, i > j, i <= j, i == -j, i < -(2**40),
+                            torch.maximum(i, j), i.to(torch.int32), i.to(torch.float32), i.to(torch.int16),
+                            torch.where(i > 2**40, i, j) * 5), (i, j, m), torch.int64)

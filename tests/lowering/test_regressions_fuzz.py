@@ -100,3 +100,18 @@ def test_cosine_embedding_loss_backward():
     torch.manual_seed(0)
     check_no_fallback(lambda a, b, y: F.cosine_embedding_loss(a, b, y), torch.randn(5, 5),
                       torch.randn(5, 5), torch.tensor([1, -1, 1, 1, -1]))
+
+
+def test_amax_of_an_upcast_bf16_tanh_has_a_gradient():
+    """Seed 9052: x0.grad was NaN. The matmul epilogue computed the bf16 ``tanh`` in fp32 and its
+    fp32 upcast skipped the bf16 rounding, so the forward's amax was not among the (rounded) saved
+    values the backward compares with: zero matches, 0/0."""
+    torch.manual_seed(9052)
+
+    def prog(x0, i0, x1):
+        v0 = torch.gather(x0, -2, i0)
+        v1 = v0 @ x1
+        v4 = (v1 @ v1.transpose(-1, -2)) * 0.1
+        v5 = torch.tanh(v4.to(torch.bfloat16)).float()
+        return (v5.amax(-2),)
+    check_no_fallback(prog, torch.randn(300, 1), torch.randint(0, 300, (3, 1)), torch.randn(1, 300))

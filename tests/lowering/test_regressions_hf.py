@@ -90,3 +90,20 @@ def test_moe_expert_weight_gather_and_topk_scatter_lower():
     with torch.no_grad():
         torch.testing.assert_close(_compile(f)(*args), f(*args))
     assert set(nc.fallback_ops) == {"aten.topk.default"}, dict(nc.fallback_ops)
+
+
+def test_views_of_a_copy_whose_gapped_layout_was_made_dense():
+    """qwen3_5_text training ran both graphs eagerly (``expand_19: view of copy_5, whose layout with
+    gaps was made dense``): ``aten.copy`` into a slice keeps the slice's strides, the kernel writes it
+    densely, and views of it (expand, transpose) must be replayed on the dense layout."""
+    def f(x, w):
+        c = torch.ops.aten.copy(x[:, :8], w.exp())
+        return c.unsqueeze(0).expand(3, 5, 8) + 1, c.t() * 2, c[1:, ::2].sum(-1)
+
+    x, w = torch.randn(5, 16), torch.randn(5, 8)
+    nc.reset_counters()
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="neuron", options={"cache": False, "fallback": "error"})(x, w)
+    for o, r in zip(out, f(x, w)):
+        torch.testing.assert_close(o, r)
+    assert not nc.fallback_ops, dict(nc.fallback_ops)
