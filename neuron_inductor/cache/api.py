@@ -161,7 +161,9 @@ def _bypass(reason: str, root: Path, message: str, compile_fn: Callable[[], Arti
     return _load_uncached(compile_fn())
 
 
-def _try_load(store: Store, key: str) -> Callable | None:
+def _lookup(store: Store, key: str) -> Path | None:
+    """The verified entry directory of ``key``, or None on a miss; a corrupt entry is quarantined
+    (by the store), counted and reported once, and is a miss."""
     try:
         found = store.lookup(key)
     except CorruptEntry as e:
@@ -169,9 +171,13 @@ def _try_load(store: Store, key: str) -> Callable | None:
         _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry quarantined, "
                    f"recompiling: {e}")
         return None
-    if found is None:
+    return None if found is None else found[0]
+
+
+def _try_load(store: Store, key: str) -> Callable | None:
+    entry = _lookup(store, key)
+    if entry is None:
         return None
-    entry, _manifest = found
     try:
         fn = _runtime_loader().load_dir(entry)
     except Exception as e:  # verified bytes that no longer load: treat like corruption
@@ -281,16 +287,9 @@ def compile_dynamo_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
 
 
 def _dynamo_hit(store: Store, key: str, params: list, n_inputs: int) -> Callable | None:
-    try:
-        found = store.lookup(key)
-    except CorruptEntry as e:
-        _stats.count("quarantined", root=store.root)
-        _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry quarantined, "
-                   f"recompiling: {e}")
+    entry = _lookup(store, key)
+    if entry is None:
         return None
-    if found is None:
-        return None
-    entry, _manifest = found
     try:
         plan = validate.plan(json.loads((entry / PLAN).read_text()))
     except (OSError, ValueError) as e:
