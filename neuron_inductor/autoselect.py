@@ -357,6 +357,12 @@ def install_default() -> bool:
     return True
 
 
+def register_hf_cache_layers() -> None:
+    """Register the recompile-free static sliding-window cache layer in transformers now if its
+    cache module is loaded, else the moment it loads (whatever the import order of user code)."""
+    _when_imported(_HF_CACHE_MODULE, _register_hf_cache_layers)
+
+
 def _register_hf_cache_layers(cache_utils: ModuleType) -> None:
     """Static sliding-window caches that do not recompile per decode step under our backend (stock
     behaviour unless ``backend="neuron"`` is in use; see integrations.hf.install)."""

@@ -15,12 +15,13 @@ import torch
 import torch.fx as fx
 
 from .config import Config, get_config
-from .integrations.hf import install_if_loaded, warn_stock_sliding_recompiles
+from .autoselect import register_hf_cache_layers
+from .integrations.hf import warn_stock_sliding_recompiles
 
 log = logging.getLogger("neuron_inductor")
-# transformers loaded before our backend (no autoload hook, e.g. a source checkout): register the
-# recompile-free static sliding-window cache layer now, before generate builds its cache
-install_if_loaded()
+# register the recompile-free static sliding-window cache layer before generate builds a cache:
+# now if transformers is loaded, else when it loads (our backend may be imported first)
+register_hf_cache_layers()
 
 
 def _sdpa_math():

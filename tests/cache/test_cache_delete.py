@@ -44,7 +44,8 @@ def test_look_alikes_and_symlinks_inside_a_cache_survive(cache_dir, tmp_path):
         (cache_dir / name / "sub").mkdir(parents=True)
         (cache_dir / name / "sub" / "keep.txt").write_text("precious")
     os.symlink(data, cache_dir / "v2")                         # a symlinked version dir
-    os.symlink(data / "ab", cache_dir / "v1" / "cd")           # a symlinked shard
+    shard = "cd" if key[:2] != "cd" else "ce"                   # not the real entry's shard
+    os.symlink(data / "ab", cache_dir / "v1" / shard)          # a symlinked shard
     os.symlink(data / "ab" / ("c" * 64), store.entry_dir(key).parent / ("e" * 64))  # a symlinked entry
     before_data = files_under(data)
 

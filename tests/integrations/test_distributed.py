@@ -30,7 +30,8 @@ def _torchrun(tmp_path: Path, *kinds: str) -> tuple[list[dict], Path]:
 
 
 def _entries(cache: Path) -> int:
-    return sum(1 for _ in cache.rglob("manifest.json"))
+    """ATen-level entries (the Dynamo-level tier's entries hold a plan.json and no kernels)."""
+    return sum(1 for m in cache.rglob("manifest.json") if not (m.parent / "plan.json").exists())
 
 
 def _compiled_once(ranks: list[dict], cache: Path) -> None:

@@ -56,5 +56,6 @@ def test_distributed_config_trains_compiled_like_one_process(tmp_path, reference
     for r in ranks:
         torch.testing.assert_close(r["losses"], want, rtol=1e-5, atol=0.0)
         assert r["fallbacks"] == {} and r["graphs_compiled"] == r["misses"]
-    entries = sum(1 for _ in cache.rglob("manifest.json"))
+    # ATen-level entries (the Dynamo-level tier's entries hold a plan.json and no kernels)
+    entries = sum(1 for m in cache.rglob("manifest.json") if not (m.parent / "plan.json").exists())
     assert sum(r["misses"] for r in ranks) == entries > 0  # each graph compiled once across ranks

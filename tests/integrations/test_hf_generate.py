@@ -84,3 +84,16 @@ def test_stock_layer_recompiles_are_named_once(monkeypatch, caplog):
         _generate(model)
     hits = [r for r in caplog.records if "StaticSlidingWindowLayer" in r.getMessage()]
     assert len(hits) == 1 and "install()" in hits[0].getMessage()
+
+
+def test_layer_registered_when_transformers_loads_after_our_backend():
+    """Importing our backend before transformers (any import order of user code) still registers
+    the recompile-free sliding-window layer before a cache is built."""
+    import subprocess
+    import sys
+    code = ("import neuron_inductor.backend\n"
+            "import transformers.cache_utils as c\n"
+            "from neuron_inductor.integrations import hf\n"
+            "assert c.STATIC_LAYER_TYPE_MAPPING['sliding_attention'] is hf.sliding_layer_class()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
