@@ -59,7 +59,10 @@ def test_full_length_layer_matches_stock_eagerly(monkeypatch, active):
 @pytest.mark.slow
 def test_compiled_decode_is_one_graph_past_the_window():
     """What a user writes: compile the forward with our backend, generate with a static cache."""
-    from neuron_inductor.integrations.hf import dynamo_graph_count
+    from neuron_inductor.integrations.hf import dynamo_graph_count, install
+    # earlier tests in this process may have re-imported transformers' cache module; registration on
+    # import (whatever the order) is checked in a fresh process by the test below
+    install()
     model = _mistral()
     expected = _generate(model)
     torch._dynamo.reset()
