@@ -26,7 +26,11 @@ log = logging.getLogger("neuron_inductor")
 
 
 def dynamo_graph_count() -> int:
-    """Graphs Dynamo has handed to a backend in this process (since the last ``torch._dynamo.reset``)."""
+    """Graphs Dynamo has handed to a backend in this process so far.
+
+    A running total: ``torch._dynamo.reset()`` does not clear Dynamo's counters, so compare two
+    readings (as :class:`CompileProbe` does) rather than reading one absolute value.
+    """
     from torch._dynamo.utils import counters
     return int(counters["stats"]["unique_graphs"])
 
