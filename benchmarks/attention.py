@@ -20,7 +20,7 @@ def lowered_attention(batch: int, heads: int, seq: int, dim: int, causal: bool, 
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from neuron_inductor.lowering import lower_graph
+    from neuron_inductor.pipeline import partition_and_lower as lower_graph
 
     def fwd(q, k, v):
         return aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, causal)

@@ -57,7 +57,7 @@ def capture_programs(model: torch.nn.Module, x: torch.Tensor, cfg) -> list[tuple
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from neuron_inductor import lowering  # noqa: F401  (registers lowerings)
+    from neuron_inductor import pipeline
     from neuron_inductor.backend import _sdpa_math
     from neuron_inductor.graph.decompositions import decomposition_table
     from neuron_inductor.graph.passes import run_passes
@@ -68,7 +68,7 @@ def capture_programs(model: torch.nn.Module, x: torch.Tensor, cfg) -> list[tuple
         def c(gm, example_inputs):
             with unset_fake_temporarily():
                 g = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the passes rewrite in place
-                out.append((kind, lowering.lower_graph(run_passes(g), cfg, f"layer_{kind}")))
+                out.append((kind, pipeline.partition_and_lower(run_passes(g), cfg, f"layer_{kind}")))
             return _never_run(gm)
         return c
 

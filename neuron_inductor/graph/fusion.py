@@ -19,42 +19,19 @@ the hardware, lowers the groups it was merged from (``unmerge``), so fusion may 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import networkx as nx
 import torch
 import torch.fx as fx
 
-from ..lowering.fused import FusedGroup, col_pair as _col_pair, last_axis as _last_axis, reduce_dims
+from ..lowering.fused import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
+from ..lowering.groups import (MATMULS, Group, group_outputs, tensor_vals, unmerge,  # noqa: F401
+                               val, view_root)
 from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, op_kind
 from ..ir import TensorMeta
 
 aten = torch.ops.aten
-MATMULS = {aten.mm.default, aten.bmm.default}
-
-
-@dataclass(eq=False)
-class Group(FusedGroup):
-    """A kernel group. ``kind``: 'fused', 'matmul' (with epilogue), 'kernel' or 'fallback'."""
-
-    reason: str = ""
-    members: set = field(default_factory=set)
-    #: groups folded into this one, kept as they were so lowering can fall back to them
-    parts: list = field(default_factory=list)
-
-
-def val(n: fx.Node):
-    return n.meta.get("val")
-
-
-def tensor_vals(n: fx.Node) -> list:
-    v = val(n)
-    if isinstance(v, torch.Tensor):
-        return [v]
-    if isinstance(v, (list, tuple)):
-        return [x for x in v if isinstance(x, torch.Tensor)]
-    return []
 
 
 def unsupported_dtype(n: fx.Node) -> str | None:
@@ -62,12 +39,6 @@ def unsupported_dtype(n: fx.Node) -> str | None:
         if x.dtype not in SUPPORTED:
             return f"dtype {x.dtype} has no Trainium type"
     return None
-
-
-def view_root(n: fx.Node) -> fx.Node:
-    while n.op == "call_function" and n.target in VIEWS:
-        n = n.args[0]
-    return n
 
 
 def _contig_meta(shape) -> TensorMeta:
@@ -107,71 +78,6 @@ def _leads(shape, domain, axes) -> bool:
 def _is_sum(n: fx.Node) -> bool:
     """A float sum (or mean): what TensorE can add over partitions."""
     return REDUCTIONS[n.target][0] == "add" and val(n).dtype.is_floating_point
-
-
-def _escapes(members: set, m: fx.Node) -> bool:
-    if m.target is aten.copy_.default:  # its effect is the write, even with no users
-        return True
-    for u in m.users:
-        if u.op == "output" or u not in members:
-            return True
-        if u.target in ORDER_PRESERVING_VIEWS and _escapes(members, u):
-            return True
-    return False
-
-
-def group_outputs(g: "Group") -> list[fx.Node]:
-    outs = []
-    for m in g.nodes:
-        if m.target in VIEWS:
-            continue
-        if m.target.__name__ == "getitem":
-            # a multi-output kernel (flash attention: out, logsumexp) hands out each result
-            # through its getitem; fused groups compute through them instead
-            if g.kind == "kernel" and _escapes(g.members, m):
-                outs.append(m)
-            continue
-        if _escapes(g.members, m):
-            outs.append(m)
-    return outs
-
-
-def unmerge(g: "Group") -> list["Group"]:
-    """The groups ``g`` was merged from, in dependency order, with their own outputs; ``[g]`` if it
-    was never merged. Lowering uses them when the merged group does not fit the hardware."""
-    if not g.parts:
-        return [g]
-    taken = {n for p in g.parts for n in p.nodes}
-    own = Group([n for n in g.nodes if n not in taken], [], g.domain, kind=g.kind)
-    own.reduce_axes, own.col_axes = _axes_of(own.nodes, g.domain)
-    parts = [p for p in [own] + list(g.parts) if p.nodes]
-    for p in parts:
-        p.members = set(p.nodes)
-        p.outputs = group_outputs(p)
-    where = {n: i for i, p in enumerate(parts) for n in p.nodes}
-    dag = nx.DiGraph()
-    dag.add_nodes_from(range(len(parts)))
-    for i, p in enumerate(parts):
-        for n in p.nodes:
-            for a in n.all_input_nodes:
-                j = where.get(view_root(a), where.get(a))
-                if j is not None and j != i:
-                    dag.add_edge(j, i)
-    try:
-        return [parts[i] for i in nx.topological_sort(dag)]
-    except nx.NetworkXUnfeasible:
-        # nodes that joined after a merge can make host and part depend on each other: the
-        # caller then splits the group op by op instead
-        return [g]
-
-
-def _axes_of(nodes, domain) -> tuple[frozenset, frozenset]:
-    """(row, column) reduction axis sets of a node list (a part being lowered on its own)."""
-    sets = list(dict.fromkeys(frozenset(reduce_dims(n)[0]) for n in nodes if n.target in REDUCTIONS))
-    if len(sets) < 2:
-        return (sets[0] if sets else frozenset()), frozenset()
-    a, b = sets[:2]
-    return (a, b) if _last_axis(domain) in a else (b, a)
 
 
 class Partitioner:

@@ -1,13 +1,13 @@
 """What a fused kernel is made of, and the kernel-builder checks around lowering one.
 
-``FusedGroup`` (the contract between fusion and lowering), where its inputs live (``Source``), the axes
-of its reductions, and two guards: the SBUF bytes a single-pass kernel actually allocated, and a
+``Group`` (the one group type: what the partitioner hands lowering, and what every kernel lowering
+reads), where its inputs live (``Source``), the axes of its reductions, and two guards: the SBUF bytes a single-pass kernel actually allocated, and a
 snapshot of a ``KernelBuilder`` so a plan that turns out not to fit can be retried with another.
 """
 from __future__ import annotations
 
 import copy as copy_module
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
@@ -19,7 +19,10 @@ PMAX = 128
 
 
 @dataclass(eq=False)
-class FusedGroup:
+class Group:
+    """A kernel group. ``kind``: 'fused' (pointwise and reductions), 'matmul' (with its epilogue),
+    'kernel' (an op with its own kernel) or 'fallback' (``reason`` says why)."""
+
     nodes: list[fx.Node]          # topological order; views inside are order-preserving
     outputs: list[fx.Node]        # values needed outside the group
     domain: tuple[int, ...]
@@ -28,6 +31,14 @@ class FusedGroup:
     name: str = ""
     #: axes summed over partitions (across row tiles) beside the free-axis ``reduce_axes``
     col_axes: frozenset[int] = frozenset()
+    reason: str = ""
+    members: set = field(default_factory=set)
+    #: groups folded into this one, kept as they were so lowering can fall back to them
+    parts: list = field(default_factory=list)
+
+
+#: the name kernel lowerings use for the group they are handed
+FusedGroup = Group
 
 
 def last_axis(domain) -> int:

@@ -1,6 +1,7 @@
 """Lower a partitioned ATen graph to a host ``Program`` of kernel launches, views and fallbacks.
 
-Each group becomes one kernel. A group that cannot be lowered as formed (it does not fit SBUF in one
+The groups come from the partitioner (``graph/fusion.py``; the pipeline runs it first). Each group
+becomes one kernel. A group that cannot be lowered as formed (it does not fit SBUF in one
 pass, a layout is not affine...) is split into single-op kernels; a single op that still cannot be
 lowered becomes a *declared fallback*: run eagerly by the wrapper, logged and counted.
 """
@@ -15,11 +16,11 @@ import torch
 import torch.fx as fx
 
 from ..config import Config
-from ..graph.fusion import Group, partition, tensor_vals, unmerge, val, view_root
 from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
 from ..target import Target, get_target
 from .builder import KernelBuilder
 from .fused import Source, lower_fused
+from .groups import MATMULS, Group, unmerge, val, view_root
 from .layout import LoweringError, hw_dtype, meta_of, word_scale
 from .registry import KERNELS, VIEWS
 from .user_kernel import emit_user_kernel, is_user_kernel_node
@@ -101,8 +102,9 @@ def _has_node(args: object) -> bool:
 
 
 class GraphLowering:
-    def __init__(self, gm: fx.GraphModule, cfg: Config, name: str = "graph") -> None:
+    def __init__(self, gm: fx.GraphModule, groups: list[Group], cfg: Config, name: str = "graph") -> None:
         self.gm = gm
+        self.groups = groups
         self.cfg = cfg
         self.target: Target = get_target(cfg.target)
         self.name = name
@@ -174,7 +176,7 @@ class GraphLowering:
                 size = tuple(int(x) for x in value.shape)
                 stride = tuple(int(x) for x in torch._prims_common.make_contiguous_strides_for(size))
                 self.host_meta[n] = TensorMeta(size, stride, 0, str(value.dtype).replace("torch.", ""))
-        groups = partition(gm, self.cfg.fusion)
+        groups = self.groups
         for g in groups:
             self.lower_group(g)
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -216,7 +218,6 @@ class GraphLowering:
     def _single(self, n: fx.Node) -> Group:
         from .fused import reduce_dims
         from .registry import REDUCTIONS
-        from ..graph.fusion import MATMULS
         if n.target in REDUCTIONS:
             dims, _ = reduce_dims(n)
             g = Group([n], [], tuple(val(n.args[0]).shape), frozenset(dims), "fused")
@@ -278,10 +279,7 @@ class GraphLowering:
         else:
             n = g.nodes[0]
             KERNELS[n.target](n, sources, kb, out_tensors, out_meta, self.cfg)
-        kernel = kb.finish()
-        if self.cfg.verify_ir:
-            from ..ir.verify import verify_kernel
-            verify_kernel(kernel, self.target)
+        kernel = kb.finish()  # the pipeline's verify stage checks it with the whole program
         self._n_kernels += 1
         args = [p.host_name for p in kernel.params]
         names = []
@@ -375,5 +373,11 @@ def _qualname(target) -> str:
     return f"{target.__module__}.{target.__name__}"
 
 
-def lower_graph(gm: fx.GraphModule, cfg: Config, name: str = "graph") -> LoweredGraph:
-    return GraphLowering(gm, cfg, name).run()
+def lower_graph(gm: fx.GraphModule, groups: list[Group], cfg: Config, name: str = "graph") -> LoweredGraph:
+    """Lower ``gm`` as partitioned into ``groups`` (``graph.fusion.partition``, in its order).
+
+    ``neuron_inductor.pipeline.partition_and_lower(gm, cfg, name)`` partitions and lowers in one call."""
+    if isinstance(groups, Config):
+        raise TypeError("lower_graph(gm, groups, cfg, name) takes the partitioner's groups; "
+                        "neuron_inductor.pipeline.partition_and_lower(gm, cfg, name) does both")
+    return GraphLowering(gm, groups, cfg, name).run()

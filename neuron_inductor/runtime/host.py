@@ -16,11 +16,12 @@ import importlib.util
 import marshal
 import os
 import sys
-import threading
 from types import ModuleType
 from typing import Sequence
 
 import torch
+
+from neuron_inductor import stats
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -215,33 +216,28 @@ def load_file(path: str) -> ModuleType:
 
 # ------------------------------------------------------------------------ fallbacks and collectives
 
-class _CallCounter:
-    """Thread-safe calls per op name: what the generated wrappers report as they run."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-
-    def count(self, op: str) -> None:
-        with self._lock:
-            self._counts[op] = self._counts.get(op, 0) + 1
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
-
-    def reset(self) -> None:
-        with self._lock:
-            self._counts.clear()
+def count_fallback(op: str) -> None:
+    """One eager call of a declared fallback (counted in ``neuron_inductor.stats.host_calls()``)."""
+    stats.record_host_call("fallbacks", op)
 
 
-_fallbacks = _CallCounter()
-#: declared collectives are counted apart from fallbacks: they are not a missing lowering
-_collectives = _CallCounter()
+def count_collective(op: str) -> None:
+    """One call of a declared collective: counted apart from fallbacks (not a missing lowering)."""
+    stats.record_host_call("collectives", op)
 
-count_fallback = _fallbacks.count          # one eager call of a declared fallback
-fallback_counts = _fallbacks.snapshot      # fallback calls per op since the last reset
-reset_fallback_counts = _fallbacks.reset
-count_collective = _collectives.count      # one call of a declared collective
-collective_counts = _collectives.snapshot
-reset_collective_counts = _collectives.reset
+
+def fallback_counts() -> dict[str, int]:
+    """Fallback calls per op since the last reset."""
+    return stats.host_calls()["fallbacks"]
+
+
+def collective_counts() -> dict[str, int]:
+    return stats.host_calls()["collectives"]
+
+
+def reset_fallback_counts() -> None:
+    """Zero the run-time host call counters (fallbacks and collectives: one stats section)."""
+    stats.reset("host")
+
+
+reset_collective_counts = reset_fallback_counts

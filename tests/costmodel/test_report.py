@@ -9,7 +9,7 @@ import os
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from neuron_inductor import lowering
+from neuron_inductor import pipeline
 from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
 from neuron_inductor.costmodel.report import (format_kernel_report, format_step_summary, source_ops,
@@ -23,7 +23,7 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "decod
 def priced(fn, shapes, dtype=torch.float32):
     args = [torch.empty(s, dtype=dtype, device="meta") for s in shapes]
     gm = make_fx(lambda *a: (fn(*a),), tracing_mode="fake")(*args)
-    lg = lowering.lower_graph(run_passes(gm), get_config().replace(target="trn2", cache=False), "rep")
+    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target="trn2", cache=False), "rep")
     return estimate_program(lg.program.kernels, get_target("trn2"))
 
 

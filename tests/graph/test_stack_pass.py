@@ -7,7 +7,7 @@ import torch
 from functorch.compile import aot_function, make_boxed_func
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from neuron_inductor import lowering
+from neuron_inductor import pipeline
 from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
 from neuron_inductor.graph import passes
@@ -81,7 +81,7 @@ def test_llama_qkv_gradient_gather_modelled(target):
     # selects and two adds on VectorE were 5.08 ms (VectorE bound); as a cat it is copies only
     x = torch.empty(3, 1, 32, 2048, 128, dtype=torch.bfloat16, device="meta")
     _, gm = grad_via_aot(x, with_passes=True)
-    lg = lowering.lower_graph(gm, get_config().replace(target=target, cache=False), "qkv")
+    lg = pipeline.partition_and_lower(gm, get_config().replace(target=target, cache=False), "qkv")
     gather = [k for k in lg.program.kernels if "cat" in k.name or "where" in k.name]
     assert gather and all("where" not in k.name for k in gather)
     pc = estimate_program(gather, get_target(target))

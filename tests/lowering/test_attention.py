@@ -13,7 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from _ops import check_cases
 
-from neuron_inductor import lowering
+from neuron_inductor import pipeline
 from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
 from neuron_inductor.lowering import attention as A
@@ -121,7 +121,7 @@ def _lowered(seq: int, causal: bool, target: str):
         lse = torch.empty(1, 32, seq, dtype=torch.float32)
         gf, gb = make_fx(fwd)(*t[:3]), make_fx(bwd)(*t[:5], lse)
     cfg = get_config().replace(target=target, cache=False)
-    return [lowering.lower_graph(g, cfg, "perf").program.kernels for g in (gf, gb)]
+    return [pipeline.partition_and_lower(g, cfg, "perf").program.kernels for g in (gf, gb)]
 
 
 @pytest.mark.parametrize("causal", [False, True])

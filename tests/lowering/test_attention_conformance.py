@@ -16,7 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from neuron_inductor import lowering
+from neuron_inductor import pipeline
 from neuron_inductor.config import get_config
 from neuron_inductor.ir import Instr, TileRegion
 from neuron_inductor.ir.nodes import walk
@@ -40,7 +40,7 @@ def _kernels(dtype, mask: str, causal: bool, target: str, seq: int = 300):
         gf = make_fx(fwd)(*t[:3], m)
         gb = make_fx(bwd)(*t[:5], lse, m)
     cfg = get_config().replace(target=target, cache=False)
-    return [k for g in (gf, gb) for k in lowering.lower_graph(g, cfg, "conf").program.kernels]
+    return [k for g in (gf, gb) for k in pipeline.partition_and_lower(g, cfg, "conf").program.kernels]
 
 
 def _violations(kernels) -> list[str]:

@@ -18,7 +18,7 @@ from neuron_inductor.codegen.wrapper import generate_wrapper_module
 from neuron_inductor.config import Config
 from neuron_inductor.graph.passes import run_passes
 from neuron_inductor.ir import Dma, walk
-from neuron_inductor.lowering.graph import lower_graph
+from neuron_inductor.pipeline import partition_and_lower as lower_graph
 from neuron_inductor.lowering.indexing import merge
 from neuron_inductor.runtime.loader import load_sources
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from neuron_inductor import lowering
+from neuron_inductor import pipeline
 from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
 from neuron_inductor.graph.passes import run_passes
@@ -20,7 +20,7 @@ BF16 = torch.bfloat16
 def modelled_mfu(fn, shapes, target: str) -> float:
     args = [torch.empty(s, dtype=BF16, device="meta") for s in shapes]
     gm = make_fx(lambda *a: (fn(*a),), tracing_mode="fake")(*args)
-    lg = lowering.lower_graph(run_passes(gm), get_config().replace(target=target, cache=False), "perf")
+    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target=target, cache=False), "perf")
     (k,) = [k for k in lg.program.kernels if "mm" in k.name]
     return estimate_program([k], get_target(target)).kernels[0].mfu
 
