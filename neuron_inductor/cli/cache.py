@@ -232,7 +232,7 @@ def _print_cost(cost: Any) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace, root: Path) -> int:
-    from neuron_inductor.cache.counters import read_persisted
+    from neuron_inductor.stats import read_persisted
 
     store = _store(root)
     infos = list(store.entries(all_versions=True)) if store else []
