@@ -18,6 +18,17 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from .decompositions_gather import GATHER_DECOMPOSITIONS
 
 aten = torch.ops.aten
+_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+_FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def supports(op, *args, **kwargs) -> bool | str:
+    """Whether ``op``'s registered lowering takes these (fake) arguments: the registry's answer
+    (``lowering/registry.py``), so a case the kernel would refuse is decomposed instead."""
+    from ..lowering import registry  # importing the lowering package registers every lowering
+
+    return registry.supports(op, *args, **kwargs)
+
 
 _EXTRA = [
     aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
@@ -262,10 +273,9 @@ def _gqa_sum(g, kv_heads: int):
 
 def _gqa_flash(q, k, v, dropout_p, attn_mask) -> bool:
     """Grouped-query heads the flash kernel takes once K and V are repeated to the query heads."""
-    from ..lowering.attention import unsupported
     if k.dim() != 4 or q.dim() != 4 or k.shape[1] == q.shape[1] or q.shape[1] % k.shape[1]:
         return False
-    return unsupported(q, _sdpa_gqa_v(q, k), _sdpa_gqa_v(q, v), dropout_p, attn_mask) is None
+    return supports(_FLASH, q, _sdpa_gqa_v(q, k), _sdpa_gqa_v(q, v), dropout_p, attn_mask=attn_mask) is True
 
 
 @_register(aten._scaled_dot_product_flash_attention_for_cpu.default)
@@ -280,8 +290,7 @@ def flash_attention_cpu(q, k, v, dropout_p: float = 0.0, is_causal: bool = False
     lse = 0 (and zero gradients). Finite masks such as finfo.min are plain arithmetic: a row masked
     only by them is a uniform average, and its backward (P = exp(s - lse) with lse rounded to s) is
     what torch's kernel computes too."""
-    from ..lowering.attention import unsupported
-    if unsupported(q, k, v, dropout_p, attn_mask) is None:
+    if supports(_FLASH, q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale) is True:
         return NotImplemented
     if dropout_p:
         return _CORE_FLASH(q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
@@ -305,8 +314,8 @@ def flash_attention_cpu_backward(grad_out, q, k, v, out, lse, dropout_p: float, 
                                  attn_mask=None, scale=None):
     """FA-2 gradients (the flash kernel's, or in ATen ops for the cases it does not take); P =
     exp(s - lse) is 0 on rows left without keys, whose lse is 0."""
-    from ..lowering.attention import unsupported
-    if unsupported(q, k, v, dropout_p, attn_mask) is None or dropout_p:
+    if supports(_FLASH_BWD, grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask=attn_mask,
+                scale=scale) is True or dropout_p:
         return NotImplemented
     if _gqa_flash(q, k, v, dropout_p, attn_mask):
         dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(

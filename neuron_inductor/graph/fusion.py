@@ -25,10 +25,10 @@ import torch
 import torch.fx as fx
 
 from ..lowering.fused import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
-from ..lowering.groups import (MATMULS, Group, group_outputs, tensor_vals, unmerge,  # noqa: F401
-                               val, view_root)
+from ..lowering.groups import Group, group_outputs, tensor_vals, unmerge, val, view_root  # noqa: F401
 from ..lowering.layout import SUPPORTED, domain_strides
-from ..lowering.registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, op_kind
+from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
+                                 takes_epilogue)
 from ..ir import TensorMeta
 
 aten = torch.ops.aten
@@ -217,14 +217,14 @@ class Partitioner:
                 self.group_of[n] = g
                 continue
             kind = op_kind(n.target)
-            bad = unsupported_dtype(n)
+            bad = unsupported_dtype(n) or (node_unsupported(n) if kind != "view" else None)
             if kind == "view" and not bad:
                 continue
             if bad or kind == "fallback":
                 self._new("fallback", n, reason=bad or "no lowering")
                 continue
             if kind == "kernel":
-                if n.target in MATMULS:
+                if takes_epilogue(n.target):
                     self._new("matmul", n, domain=tuple(val(n).shape))
                 else:
                     self._new("kernel", n)

@@ -48,7 +48,7 @@ from ..costmodel.instrs import instr_cost, make_evaluator
 from ..ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
-from .registry import register_kernel
+from .registry import register_lowering
 
 aten = torch.ops.aten
 PMAX = 128
@@ -322,7 +322,13 @@ class _Balance:
             self.instr("vector", "tensor_scalar", dst, {"data": src, "operand0": factor}, op0="multiply")
 
 
-@register_kernel(FLASH_FWD)
+def flash_supports(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask=None,
+                   scale=None) -> bool | str:
+    """The registry's question for the forward op's arguments: :func:`unsupported`'s reason, or True."""
+    return unsupported(q, k, v, dropout_p, attn_mask) or True
+
+
+@register_lowering(FLASH_FWD, kind="kernel", supports=flash_supports, takes_context=False)
 def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
                     cfg) -> None:
     vals = _args(n, ["query", "key", "value", "dropout_p", "is_causal"],

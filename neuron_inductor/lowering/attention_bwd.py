@@ -15,7 +15,7 @@ from ..ir import HBMAccess, TileRegion
 from .attention import FLASH_BWD, PMAX, _T4, _args, _ctx, _in, _out, _results, unsupported
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, hw_dtype
-from .registry import register_kernel
+from .registry import register_lowering
 
 #: keys per backward block: one 128-key tile, so S | dP (2 x 128 fp32) and the group's dK | dV
 #: (2 x head dim fp32) share one PSUM bank and, with the bf16/fp16 transpose tile, a head holds two
@@ -25,7 +25,13 @@ KEY_GROUP = 128
 BWD_SETS = 1
 
 
-@register_kernel(FLASH_BWD)
+def flash_bwd_supports(grad_out, q, k, v, out, lse, dropout_p: float, is_causal: bool, *, attn_mask=None,
+                       scale=None) -> bool | str:
+    """The registry's question for the backward op's arguments (the forward's rules)."""
+    return unsupported(q, k, v, dropout_p, attn_mask) or True
+
+
+@register_lowering(FLASH_BWD, kind="kernel", supports=flash_bwd_supports, takes_context=False)
 def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
                     cfg) -> None:
     vals = _args(n, ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"],

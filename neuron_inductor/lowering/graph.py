@@ -20,9 +20,9 @@ from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMe
 from ..target import Target, get_target
 from .builder import KernelBuilder
 from .fused import Source, lower_fused
-from .groups import MATMULS, Group, unmerge, val, view_root
+from .groups import Group, unmerge, val, view_root
 from .layout import LoweringError, hw_dtype, meta_of, word_scale
-from .registry import KERNELS, VIEWS
+from .registry import KERNELS, VIEWS, KernelContext, find_lowering, takes_epilogue
 from .user_kernel import emit_user_kernel, is_user_kernel_node
 
 log = logging.getLogger("neuron_inductor")
@@ -221,7 +221,7 @@ class GraphLowering:
         if n.target in REDUCTIONS:
             dims, _ = reduce_dims(n)
             g = Group([n], [], tuple(val(n.args[0]).shape), frozenset(dims), "fused")
-        elif n.target in MATMULS:
+        elif takes_epilogue(n.target):
             g = Group([n], [], tuple(val(n).shape), frozenset(), "matmul")
         elif n.target in KERNELS:
             g = Group([n], [], (), frozenset(), "kernel")
@@ -273,12 +273,10 @@ class GraphLowering:
             if any(math_numel(val(n)) == 0 for n in g.nodes if isinstance(val(n), torch.Tensor)):
                 raise LoweringError("empty iteration domain")
             lower_fused(g, sources, kb, out_tensors, out_meta, self.cfg.free_chunk)
-        elif g.kind == "matmul":
-            from .matmul import lower_matmul
-            lower_matmul(g, sources, kb, out_tensors, out_meta, self.cfg)
-        else:
-            n = g.nodes[0]
-            KERNELS[n.target](n, sources, kb, out_tensors, out_meta, self.cfg)
+        else:  # a kernel of its own, or one with an epilogue (matmul): through the registry
+            n = next(m for m in g.nodes if m.target in KERNELS)
+            find_lowering(n.target).lower(
+                KernelContext(n, g, sources, out_tensors, out_meta, kb, self.cfg, self.target))
         kernel = kb.finish()  # the pipeline's verify stage checks it with the whole program
         self._n_kernels += 1
         args = [p.host_name for p in kernel.params]

@@ -16,10 +16,7 @@ from .registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS
 
 aten = torch.ops.aten
 
-#: the ops a 'matmul' group is built around (its epilogue fuses pointwise consumers)
-MATMULS = frozenset({aten.mm.default, aten.bmm.default})
-
-__all__ = ["Group", "MATMULS", "axes_of", "group_outputs", "tensor_vals", "unmerge", "val", "view_root"]
+__all__ = ["Group", "axes_of", "group_outputs", "tensor_vals", "unmerge", "val", "view_root"]
 
 
 def val(n: fx.Node):

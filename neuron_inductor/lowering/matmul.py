@@ -17,7 +17,7 @@ from ..ir import HBMAccess, TileRegion
 from .builder import KernelBuilder, TVal, ceil_div
 from .fused import PMAX, FusedGroup, Source, _Ctx, _FusedLowering
 from .layout import LoweringError, hw_dtype, word_scale
-from .registry import register_kernel
+from .registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 NMAX = 512
@@ -290,6 +290,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     batch_loops(0, [])
 
 
-@register_kernel(aten.mm.default, aten.bmm.default)
-def _matmul_group_only(*args, **kwargs):  # pragma: no cover - matmuls are lowered as groups
-    raise LoweringError("matmul is lowered through its group")
+@register_lowering(aten.mm.default, aten.bmm.default, kind="kernel", epilogue=True)
+def lower_mm(ctx: KernelContext) -> None:
+    """mm / bmm and the pointwise epilogue the partitioner fused after it (``ctx.group.nodes``)."""
+    lower_matmul(ctx.group, dict(ctx.sources), ctx.builder, dict(ctx.outputs), dict(ctx.out_meta), ctx.config)

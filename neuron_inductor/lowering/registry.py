@@ -1,17 +1,55 @@
-"""Decorator registries that map ATen ops to lowerings.
+"""The lowering registry: which ATen ops have a lowering, of which kind, and whether it takes a case.
 
-Three kinds, as in TorchInductor: ``POINTWISE`` (one output element from the same-index elements of
-its inputs; fusable), ``REDUCTIONS`` (free-axis reductions; fusable with producers and consumers) and
-``KERNELS`` (ops with their own kernel shape: matmul, embedding, concatenation...). An op in none of
-them is a declared fallback. ``VIEWS`` are pure metadata ops: they never launch anything.
+The front door is :func:`register_lowering`::
+
+    @register_lowering(aten.cumsum.default, kind="kernel", supports=my_supports)
+    def lower_cumsum(ctx: KernelContext) -> None: ...
+
+Three kinds, as in TorchInductor:
+
+* ``"pointwise"``: one output element from the same-index elements of its inputs; fusable. The
+  function is ``fn(tile_ctx, node, *args)`` and returns the result tile (see ``pointwise.py``); it runs
+  inside a fused kernel's loop nest.
+* ``"reduction"``: a free-axis reduction, fusable with producers and consumers; what is registered is
+  its combine spec ``(alu_op, identity)``: ``register_lowering(aten.sum.default,
+  kind="reduction")(("add", 0.0))``.
+* ``"kernel"``: an op with its own kernel shape (matmul, embedding, concatenation, attention...).
+  The function takes one :class:`KernelContext` (the node, its group, sources, outputs, builder,
+  config, target) and emits the kernel body into ``ctx.builder``; it raises ``LoweringError`` for a
+  case it cannot take (the op then becomes a declared fallback).
+
+``supports(*args, **kwargs) -> bool | str`` (optional, any kind) answers "can this lowering take
+these arguments?" on traced values (fake tensors, scalars) *before* lowering: ``True`` yes, ``False``
+or a reason string no. The decomposition table asks it through :func:`supports` (so an op the kernel
+would refuse is decomposed instead), and the partitioner through :func:`node_unsupported` (the node
+becomes a declared fallback with that reason).
+
+Epilogues: a kernel registered with ``epilogue=True`` (matmul) is the anchor of its group, and the
+partitioner fuses pointwise consumers of its output (same shape) into the group. Its lowering then
+receives them in ``ctx.group.nodes`` (the anchor first, the consumers in topological order) and
+``ctx.group.outputs`` (what leaves the kernel: the anchor's value and/or epilogue values), and must
+apply them to each output tile before storing it (matmul does so with the fused-group emitter).
+
+An op in no table is a declared fallback. ``VIEWS`` are pure metadata ops: they never launch
+anything. The older decorators :func:`register_kernel` / :func:`register_pointwise` and writes into
+``REDUCTIONS`` keep working: they are the same registry.
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 import torch
+import torch.fx as fx
 
 from ..user_kernels import lookup
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..ir import HBMTensor, TensorMeta
+    from ..target import Target
+    from .builder import KernelBuilder
+    from .fused_group import Group, Source
 
 aten = torch.ops.aten
 
@@ -39,21 +77,122 @@ def _overloads(op) -> list:
     return [op]
 
 
-def register(table: dict, *ops) -> Callable:
-    def deco(fn):
+KINDS = ("pointwise", "reduction", "kernel")
+_TABLES = {"pointwise": POINTWISE, "reduction": REDUCTIONS, "kernel": KERNELS}
+
+Supports = Callable[..., Union[bool, str, None]]
+
+
+@dataclass(frozen=True)
+class KernelContext:
+    """Everything a kernel lowering reads, in one object."""
+
+    node: fx.Node                             # the op being lowered (the group's anchor)
+    group: "Group"                            # its group (epilogue nodes for ``epilogue=True``)
+    sources: "Mapping[fx.Node, Source]"       # where each value read from outside the kernel lives
+    outputs: "Mapping[fx.Node, HBMTensor]"    # the kernel's output tensors, by the value they hold
+    out_meta: "Mapping[fx.Node, TensorMeta]"  # the layout each output is stored in
+    builder: "KernelBuilder"                  # emits the kernel body
+    config: "Config"
+    target: "Target"
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """One registry record: the op's kind, its implementation and what it declares."""
+
+    kind: str
+    impl: Any                                 # function (pointwise, kernel) or combine spec (reduction)
+    supports: Supports | None = None
+    epilogue: bool = False
+    takes_context: bool = True                # a kernel written for :class:`KernelContext`
+
+    def lower(self, ctx: KernelContext) -> None:
+        """Run a kernel lowering (``kind == "kernel"``)."""
+        if self.takes_context:
+            self.impl(ctx)
+        else:  # registered through register_kernel: fn(node, sources, kb, out_tensors, out_meta, cfg)
+            self.impl(ctx.node, ctx.sources, ctx.builder, ctx.outputs, ctx.out_meta, ctx.config)
+
+
+#: every registration made through :func:`register_lowering` (and the older decorators)
+LOWERINGS: dict = {}
+
+
+def register_lowering(*ops, kind: str = "kernel", supports: Supports | None = None,
+                      epilogue: bool = False, takes_context: bool = True) -> Callable:
+    """Register the decorated lowering (or, for reductions, the combine spec) for ``ops`` (overloads,
+    or packets meaning every overload). See the module docstring for what each kind receives."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown lowering kind {kind!r}; kinds: {KINDS}")
+    if epilogue and kind != "kernel":
+        raise ValueError("only kernel lowerings take an epilogue")
+
+    def deco(impl):
+        rec = Lowering(kind, impl, supports, epilogue, takes_context)
         for op in ops:
             for o in _overloads(op):
-                table[o] = fn
-        return fn
+                _TABLES[kind][o] = impl
+                LOWERINGS[o] = rec
+        return impl
     return deco
 
 
+def register(table: dict, *ops) -> Callable:
+    kind = next(k for k, t in _TABLES.items() if t is table)
+    return register_lowering(*ops, kind=kind, takes_context=False)
+
+
 def register_pointwise(*ops) -> Callable:
-    return register(POINTWISE, *ops)
+    """``register_lowering(*ops, kind="pointwise")``."""
+    return register_lowering(*ops, kind="pointwise")
 
 
 def register_kernel(*ops) -> Callable:
-    return register(KERNELS, *ops)
+    """A kernel lowering with the positional signature ``fn(node, sources, kb, out_tensors,
+    out_meta, cfg)``; new kernels use ``register_lowering(*ops, kind="kernel")`` and one context."""
+    return register_lowering(*ops, kind="kernel", takes_context=False)
+
+
+def find_lowering(target) -> Lowering | None:
+    """The registry record of ``target``: also for ops entered straight into a kind table."""
+    rec = LOWERINGS.get(target)
+    for kind, table in _TABLES.items():
+        if target in table and (rec is None or rec.kind != kind or rec.impl is not table[target]):
+            # written into the table directly (``REDUCTIONS[op] = spec``) or re-registered there
+            return Lowering(kind, table[target], None, False, kind != "kernel")
+    return rec
+
+
+def supports(target, *args: Any, **kwargs: Any) -> bool | str:
+    """Whether ``target``'s lowering takes these arguments (traced values): ``True``, or ``False`` /
+    a reason. An op without a lowering is ``False``; one that declares no ``supports`` is ``True``."""
+    rec = find_lowering(target)
+    if rec is None:
+        return False
+    if rec.supports is None:
+        return True
+    answer = rec.supports(*args, **kwargs)
+    return True if answer is None or answer is True else answer
+
+
+def node_unsupported(n: fx.Node) -> str | None:
+    """The reason ``n``'s lowering declares it cannot take ``n`` (None when it can, or declares
+    nothing): :func:`supports` on the node's traced argument values."""
+    rec = find_lowering(n.target)
+    if rec is None or rec.supports is None:
+        return None
+    args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
+    answer = supports(n.target, *args, **kwargs)
+    if answer is True:
+        return None
+    return answer or f"{n.target}: the lowering does not take this case"
+
+
+def takes_epilogue(target) -> bool:
+    """Whether ``target`` anchors a group with pointwise consumers fused after it (matmul)."""
+    rec = find_lowering(target)
+    return bool(rec and rec.epilogue)
 
 
 def op_kind(target) -> str:
