@@ -53,16 +53,16 @@ def _fresh_cache() -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- reading
 
-def compiled() -> dict[str, int]:
-    """Compile counters of this process (a copy)."""
+def compiled() -> Counter:
+    """Compile counters of this process (a copy; a counter never incremented reads 0)."""
     with _lock:
-        return dict(COMPILE)
+        return Counter(COMPILE)
 
 
-def fallback_ops() -> dict[str, int]:
-    """Declared fallbacks found while compiling, by op name (a copy)."""
+def fallback_ops() -> Counter:
+    """Declared fallbacks found while compiling, by op name (a copy; empty when there were none)."""
     with _lock:
-        return dict(FALLBACK_OPS)
+        return Counter(FALLBACK_OPS)
 
 
 def cache() -> dict[str, Any]:

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from neuron_inductor import compile as nic
+from neuron_inductor import stats
 
 
 def _attn(q, k, v):
@@ -11,7 +11,7 @@ def _attn(q, k, v):
 
 
 def test_checkpointed_attention_compiles_without_fallback():
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
 
     def f(q, k, v):
         return checkpoint(_attn, q, k, v, use_reentrant=False).sum()
@@ -26,7 +26,7 @@ def test_checkpointed_attention_compiles_without_fallback():
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     for a, b in zip(ins, ref):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
-    assert nic.counters["graph_fallbacks"] == 0 and not nic.fallback_ops
+    assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
 
 
 def test_checkpointed_dropout_still_replays_its_random_numbers():

@@ -12,7 +12,7 @@ import torch
 
 from _ops import check_cases
 
-from neuron_inductor import compile as nic
+from neuron_inductor import stats
 
 INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
 #: ops that may be declared fallbacks (and which dtypes may need them)
@@ -36,9 +36,9 @@ def _values(dtype: torch.dtype, rows: int = 130, cols: int = 9, seed: int = 0) -
 
 
 def _check(fn, args, dtype):
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     check_cases(fn, [args], fallback="warn", _allow_fallback=True)
-    bad = {k: v for k, v in nic.fallback_ops.items() if dtype not in DECLARED.get(k.split("(")[0], ())}
+    bad = {k: v for k, v in stats.fallback_ops().items() if dtype not in DECLARED.get(k.split("(")[0], ())}
     assert not bad, f"undeclared fallbacks for {dtype}: {bad}"
 
 
@@ -93,10 +93,10 @@ def test_issue_repros():
     i = torch.tensor([2**30, -(2**30), 2**31 - 1, 5], dtype=torch.int32)
     u = torch.tensor([100, 200, 0, 255], dtype=torch.uint8)
     big = torch.tensor([2**33, 2**33 + 1, -5, 2**40], dtype=torch.int64)
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     check_cases(lambda r, t, i, u, big: (r * 128256 + t, i * 3, u + 200, i.sum(), big > 2**33, big + big),
                 [(r, t, i, u, big)], fallback="warn", _allow_fallback=True)
-    assert set(k.split("(")[0] for k in nic.fallback_ops) <= set(DECLARED), dict(nic.fallback_ops)
+    assert set(k.split("(")[0] for k in stats.fallback_ops()) <= set(DECLARED), stats.fallback_ops()
 
 
 def test_positions_against_int64_rows():

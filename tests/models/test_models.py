@@ -16,7 +16,7 @@ from _compare import FP32
 from models.blocks import TransformerBlock, mlp, tiny_llama
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from neuron_inductor import compile as ni_compile
+from neuron_inductor import stats
 
 
 def _grads(model, x, out, seed):
@@ -71,9 +71,9 @@ def test_mlp_bf16():
 
 
 def test_transformer_block_fp32_zero_fallbacks():
-    ni_compile.reset_counters()
+    stats.reset("compile", "fallback_ops")
     _fp32_check(TransformerBlock, torch.randn(2, 40, 64))
-    assert not ni_compile.fallback_ops
+    assert not stats.fallback_ops()
 
 
 def test_transformer_block_bf16():
@@ -82,11 +82,11 @@ def test_transformer_block_bf16():
 
 def test_transformer_block_fuses():
     """Far fewer kernels than ATen ops: fusion works."""
-    ni_compile.reset_counters()
+    stats.reset("compile", "fallback_ops")
     _run(TransformerBlock(), torch.randn(2, 16, 64, requires_grad=True), compiled=True)
-    assert ni_compile.counters["graphs_compiled"] == 2
+    assert stats.compiled()["graphs_compiled"] == 2
     # counted again from the artifacts' metadata: kernels vs ATen ops
-    assert ni_compile.counters["kernels_generated"] < 0.6 * ni_compile.counters["aten_ops"]
+    assert stats.compiled()["kernels_generated"] < 0.6 * stats.compiled()["aten_ops"]
 
 
 class _Recorder(TorchDispatchMode):
@@ -148,7 +148,7 @@ def test_recorder_sees_a_fallback(recorder):
 
 def test_tiny_llama_logits_and_grads_zero_fallbacks():
     pytest.importorskip("transformers")  # the `hf` extra
-    ni_compile.reset_counters()
+    stats.reset("compile", "fallback_ops")
     model = tiny_llama()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     ref = model(input_ids=ids, labels=ids)
@@ -162,4 +162,4 @@ def test_tiny_llama_logits_and_grads_zero_fallbacks():
     out.loss.backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, rgrads[n], rtol=1e-4, atol=1e-5, msg=n)
-    assert not ni_compile.fallback_ops
+    assert not stats.fallback_ops()
