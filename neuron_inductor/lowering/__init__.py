@@ -10,6 +10,7 @@ from . import attention_bwd  # noqa: F401  (flash attention backward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)
 from . import scan  # noqa: F401  (cumsum, cumprod)
 from . import flip  # noqa: F401
+from . import repeat  # noqa: F401
 from .layout import LoweringError
 
 __all__ = ["FallbackError", "LoweredGraph", "LoweringError", "lower_graph"]
