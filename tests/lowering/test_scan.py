@@ -75,5 +75,13 @@ def test_wide_integer_cumsum_is_a_declared_fallback():
     assert nic.fallback_ops.get("aten.cumsum.default") == 1
 
 
-def test_cumsum_is_a_kernel():
+def test_cumsum_is_a_kernel_listed_by_the_cli(capsys):
+    """``neuron-inductor ops`` lists the scan kernels (and flip, repeat) and no longer as decompositions."""
+    import json
+
+    from neuron_inductor.cli import main
     assert op_kind(aten.cumsum.default) == op_kind(aten.cumprod.default) == "kernel"
+    assert main(["ops", "--json"]) == 0
+    ops = json.loads(capsys.readouterr().out)
+    assert {"cumsum", "cumprod", "flip", "repeat"} <= set(ops["kernels"])
+    assert "cumsum" not in ops["decomposed first"]

@@ -480,10 +480,11 @@ def tensor_tensor_scan(ctx: KernelContext, *, dst: Any, data0: Any, data1: Any, 
     recurrence reads ``result[:, i-1]`` back from the output array)."""
     api = "nisa.tensor_tensor_scan"
     d, a, b = _tile(dst, "dst", api), _tile(data0, "data0", api), _tile(data1, "data1", api)
-    init = _scalar_operand(initial, "initial", api, a.partitions)
+    tile_init = isinstance(initial, (Tensor, AccessPattern))
+    init = _tile(initial, "initial", api) if tile_init else initial
     _conform(ctx, "tensor_tensor_scan", None, {"dst": d, "data0": a, "data1": b, "initial": init},
              {"op0": op0, "op1": op1})
-    _same_partitions(api, d, a, b)
+    _same_partitions(api, d, a, b, *([init] if tile_init else []))
     _same_free(api, a, b)
     _same_free(api, d, a)
     f0, f1 = _fn(op0, api), _fn(op1, api)
