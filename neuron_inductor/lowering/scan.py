@@ -11,8 +11,9 @@ follow eager's sequential order, and bf16/fp16 results are rounded once per elem
 running sum, as eager's CPU kernel does (it accumulates in a wider type and casts each output).
 Integer inputs give exact results only while every partial result is an integer below 2^24; this
 lowering takes integer inputs whose bound proves it (bool, uint8, int8, int16 along short enough
-axes; cumprod of bool) and stores the int64 result as its low word plus the sign word. Other
-integers (int32, int64, long products) raise ``NotImplementedError``: a declared fallback.
+axes; cumprod of bool) and stores the int64 result as its low word plus the sign word. int32 and
+int64 cumsums are exact byte by byte (``scan_int64``). What is left (integer products, int64 into
+floats) raises ``NotImplementedError``: a declared fallback.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .builder import KernelBuilder
 from .indexing import _arg, _fc, _norm_dim, output_region, source_region
 from .integers import EXACT
 from .registry import register_kernel
+from .scan_int64 import lower_int64_cumsum
 
 aten = torch.ops.aten
 
@@ -66,6 +68,9 @@ def lower_scan(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, 
         xr, out = replace(xr, sizes=(1,), strides=(1,)), replace(out, sizes=(1,), strides=(1,))
     d = _norm_dim(_arg(n, 1, "dim"), len(xr.sizes))
     length = xr.sizes[d]
+    if op == "cumsum" and xr.dtype in ("int32", "int64") and out.dtype in ("int32", "int64"):
+        lower_int64_cumsum(kb, xr, out, d)  # byte-wise exact scans
+        return
     _check_exact(op, xr.dtype, out.dtype, length)
     combine = "add" if op == "cumsum" else "multiply"
     identity = 0.0 if op == "cumsum" else 1.0

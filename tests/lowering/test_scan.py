@@ -68,11 +68,24 @@ def test_packed_sequence_ids_from_position_ids():
     assert got[0][0, -1].item() == 3
 
 
-def test_wide_integer_cumsum_is_a_declared_fallback():
-    """int32/int64 partial sums may leave fp32's exact range: counted fallback, correct result."""
-    x = torch.tensor([[2**31 - 1, 2**31 - 1, -5]], dtype=torch.int64)
-    check_cases(lambda t: t.cumsum(-1), [(x,)], fallback="silent", _allow_fallback=True)
-    assert nic.fallback_ops.get("aten.cumsum.default") == 1
+def test_int32_and_int64_cumsum_are_exact():
+    """Values near the int32/int64 limits, negative ones, wrap-around past 2^63 as torch's int64
+    does; chunked (free_chunk is capped at 512 for these) and across 128-row tiles."""
+    g = torch.Generator().manual_seed(0)
+    big = torch.randint(-2**62, 2**62, (130, 7), generator=g)
+    lim = torch.tensor([[2**63 - 1, 1, 2**63 - 1, -2**63, -1, 5] * 50])
+    i32 = torch.randint(-2**31, 2**31, (3, 1100), generator=g, dtype=torch.int32)
+    mask = (torch.rand(2, 300, generator=g) < 0.8).long()  # HF: attention_mask.long().cumsum(-1) - 1
+    check_cases(lambda a, b, c, m: (a.cumsum(0), a.cumsum(-1), b.cumsum(-1), c.cumsum(-1), c.cumsum(0),
+                                    m.cumsum(-1) - 1, c.cumsum(-1, dtype=torch.int32)),
+                [(big, lim, i32, mask)])
+
+
+def test_integer_cumprod_is_a_declared_fallback():
+    """Integer products leave fp32's exact range: counted fallback, correct result."""
+    x = torch.tensor([[3, -7, 11, 2**20]], dtype=torch.int64)
+    check_cases(lambda t: t.cumprod(-1), [(x,)], fallback="silent", _allow_fallback=True)
+    assert nic.fallback_ops.get("aten.cumprod.default") == 1
 
 
 def test_cumsum_is_a_kernel_listed_by_the_cli(capsys):
