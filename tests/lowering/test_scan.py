@@ -98,3 +98,12 @@ def test_cumsum_is_a_kernel_listed_by_the_cli(capsys):
     ops = json.loads(capsys.readouterr().out)
     assert {"cumsum", "cumprod", "flip", "repeat"} <= set(ops["kernels"])
     assert "cumsum" not in ops["decomposed first"]
+
+
+def test_views_dtypes_and_empty_tensors():
+    """A transposed (strided) input, a dtype= cast of an integer input, fp16, and empty tensors."""
+    x = randn((130, 300))
+    i = torch.randint(-100, 100, (3, 300), dtype=torch.int16)
+    check_cases(lambda x, i, h, e: (x.t().cumsum(-1), x[:, 1::3].cumsum(0), i.cumsum(-1, dtype=torch.float32),
+                                    h.cumsum(0), e.cumsum(0), e.cumsum(1), x.cumsum(1)[:0]),
+                [(x, i, randn((130, 7), torch.float16), torch.zeros(0, 5))], grad=True, atol=1e-4)
