@@ -67,6 +67,16 @@ def lower_int64_cumsum(kb: KernelBuilder, xr: LRegion, out: LRegion, d: int) -> 
             kb.instr(engine, "tensor_tensor", dst, {"data1": a, "data2": b}, op=op)
             return dst
 
+        def free(*regions: TileRegion) -> None:
+            for r in regions:
+                kb.release(r.tile)
+
+        def combine(a: TileRegion, b: TileRegion) -> TileRegion:
+            """a | b (disjoint bits), freeing both."""
+            r = tt(a, b, "bitwise_or", "vector")
+            free(a, b)
+            return r
+
         words = []
         for k, w in enumerate(words_in):
             t = new("int32", "w")
@@ -88,18 +98,25 @@ def lower_int64_cumsum(kb: KernelBuilder, xr: LRegion, out: LRegion, d: int) -> 
             si = new("int32", "isum")
             kb.copy("vector", si, s)  # an integer below 2^24: exact
             sums.append(si)
+            free(b, s)
+        free(*words)
         digits, carry = [], None
         for k in range(nb):
             t = sums[k] if carry is None else tt(sums[k], carry, "add", "gpsimd")
             digits.append(ts(t, "bitwise_and", 255, prefix="digit"))
-            carry = ts(t, "right_shift", 8, prefix="cy") if k + 1 < nb else None
+            nxt = ts(t, "right_shift", 8, prefix="cy") if k + 1 < nb else None
+            free(*{id(x): x for x in (t, sums[k]) + ((carry,) if carry is not None else ())}.values())
+            carry = nxt
         for j, region in enumerate(words_out):
             dg = digits[4 * j:4 * j + 4]
-            acc = tt(dg[0], ts(dg[1], "left_shift", 8), "bitwise_or", "vector")
-            acc = tt(acc, ts(dg[2], "left_shift", 16), "bitwise_or", "vector")
+            acc = combine(dg[0], ts(dg[1], "left_shift", 8))
+            acc = combine(acc, ts(dg[2], "left_shift", 16))
             # the top byte as a signed value, so its shift stays inside int32
-            top = tt(dg[3], ts(dg[3], "greater_equal", 128.0, "multiply", -256.0), "add", "gpsimd")
-            acc = tt(acc, ts(top, "left_shift", 24), "bitwise_or", "vector")
+            neg = ts(dg[3], "greater_equal", 128.0, "multiply", -256.0)
+            top = tt(dg[3], neg, "add", "gpsimd")
+            free(neg)
+            acc = combine(acc, ts(top, "left_shift", 24))
             kb.dma(ch.access(len(words_in) + j), acc)
+            free(acc, top, *dg)
 
     walk_rows(kb, xr.sizes, d, words_in + words_out, C, rows_body)
