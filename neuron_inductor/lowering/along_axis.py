@@ -7,7 +7,8 @@ ragged last tile) and the rest become outer loops. The chosen axis is cut into c
 ``chunk`` elements, walked in order (``sequential``) when a chunk depends on the previous one.
 
 The regions are hardware views (``indexing.Region``) with the same logical sizes; a non-unit stride
-along ``axis`` is a strided DMA, which is legal but slower than a contiguous one.
+along ``axis`` is a strided DMA, which is legal but slower than a contiguous one. A region may walk
+a row dim backwards (negative stride: a reversed view); such dims become outer loops.
 """
 from __future__ import annotations
 
@@ -76,9 +77,13 @@ def walk_rows(kb: KernelBuilder, sizes: Sequence[int], axis: int, regions: Seque
         assert tuple(r.sizes) == tuple(sizes), (r.sizes, sizes)
     rest = [i for i in range(len(sizes)) if i != axis]
     dims, strides = merge([sizes[i] for i in rest], [[r.strides[i] for i in rest] for r in regions])
-    if not dims:
-        dims, strides = [1], [[0] for _ in regions]
-    P = max(range(len(dims)), key=lambda a: (dims[a], a))
+    # a dim some region walks backwards (negative stride) stays an outer loop: access patterns walk
+    # forward only, a loop variable's offset may go down
+    forward = [a for a in range(len(dims)) if all(st[a] >= 0 for st in strides)]
+    if not forward:
+        dims, strides = dims + [1], [st + [0] for st in strides]
+        forward = [len(dims) - 1]
+    P = max(forward, key=lambda a: (dims[a], a))
     outer = [a for a in range(len(dims)) if a != P]
     Ps = dims[P]
     length = int(sizes[axis])

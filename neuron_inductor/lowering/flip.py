@@ -7,10 +7,13 @@ partition) reads it back through the index tile ``C-1, C-2, ..., 0`` made once b
 
 Output chunk ``j`` holds input elements ``[L - jC - cols, L - jC)``. They are loaded right-aligned
 in the ``C``-column tile (at column ``C - cols``), so the same index tile reverses full and
-ragged chunks alike. An int64 tensor is flipped word by word (low words, then high words). A flip
-of several (non-trivial) dims raises ``NotImplementedError``: a declared fallback.
+ragged chunks alike. An int64 tensor is flipped word by word (low words, then high words). Other
+flipped dims are walked backwards as outer loops of the source (a loop variable's offset may
+decrease; the access pattern itself still walks forward).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 import torch.fx as fx
@@ -63,7 +66,10 @@ def lower_flip(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, 
     kb.plan = f"flip dims {dims} with nc_n_gather"
     if not dims:
         copy_phase(kb, out, xr, _fc(cfg))
-    elif len(dims) == 1:
-        flip_phase(kb, out, xr, dims[0], _fc(cfg))
-    else:
-        raise NotImplementedError(f"flip of {len(dims)} dims at once")
+        return
+    # the last flipped dim is reversed on chip; the others by walking the source backwards
+    src = xr
+    for d in dims[:-1]:
+        src = replace(src, offset=src.offset + (src.sizes[d] - 1) * src.strides[d],
+                      strides=tuple(-st if i == d else st for i, st in enumerate(src.strides)))
+    flip_phase(kb, out, src, dims[-1], _fc(cfg))
