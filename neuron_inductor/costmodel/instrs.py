@@ -152,6 +152,8 @@ def instr_cycles(instr: Instr, ev: Evaluator, target: Target | None = None) -> t
         half = (getattr(data, "dtype", None) == instr.dst.dtype == "bfloat16"
                 and instr.attrs.get("op") in _HALF_REDUCE_OPS)
         return (nv // 2 if half else nv) + ACCESS_OVERHEAD, elems, 0
+    if op == "tensor_tensor_scan":  # "max(MIN_II, 2N) Vector Engine cycles" (SDK 2.26 docstring)
+        return max(MIN_II, 2 * nv) + ACCESS_OVERHEAD, elems, 0
     if op == "tensor_copy_predicated":
         mems = {instr.dst.memory} | {s.memory for s in srcs}
         cyc = nv if mems == {"sbuf", "psum"} else 2 * nv

@@ -357,7 +357,5 @@ def decomposition_table() -> dict:
     table.update(GATHER_DECOMPOSITIONS)
     table.update(_own)
     from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
-    from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls
     table.update(conv)
-    table.update(scan)
     return table

@@ -8,6 +8,9 @@ from . import matmul  # noqa: F401
 from . import attention  # noqa: F401  (flash attention forward)
 from . import attention_bwd  # noqa: F401  (flash attention backward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)
+from . import scan  # noqa: F401  (cumsum, cumprod)
+from . import flip  # noqa: F401
+from . import repeat  # noqa: F401
 from .layout import LoweringError
 from .graph import FallbackError, LoweredGraph, lower_graph  # noqa: E402  (after the registrations)
 from .groups import Group

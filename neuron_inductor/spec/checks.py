@@ -322,6 +322,42 @@ def _c_affine_select(out, eng, t, ops, attrs) -> None:
     _mem(out, "affine_select", ops, "on_true_tile", ("sbuf",))
 
 
+def _c_tensor_tensor_scan(out, eng, t, ops, attrs) -> None:
+    for role in ("op0", "op1"):
+        op = _alu(out, "tensor_tensor_scan", role, attrs.get(role))
+        if op is None:
+            continue
+        if op in UNARY or op in BITVEC:
+            out.append(Finding("scan-operator", f"tensor_tensor_scan {role}={op} is not a binary arithmetic "
+                               "operator"))
+        else:
+            _alu_engine(out, "tensor_tensor_scan", op, eng, t.nc_version)
+    a, b = ops.get("data0"), ops.get("data1")
+    if isinstance(a, Opnd) and isinstance(b, Opnd) and a.memory == b.memory == "psum":
+        out.append(Finding("psum-inputs", "tensor_tensor_scan: data0 and data1 are both in PSUM"))
+    init = ops["initial"] if "initial" in ops else attrs.get("initial")
+    if isinstance(init, Opnd):
+        if init.free not in (None, 1):
+            out.append(Finding("scan-operator", f"tensor_tensor_scan initial has {init.free} elements per "
+                               "partition; must be [P, 1]"))
+    elif init is None or isinstance(init, (bool, np.bool_)) or not _is_num(init):
+        out.append(Finding("scan-operator", f"tensor_tensor_scan initial={init!r} is neither a number nor "
+                           "a [P, 1] tile"))
+
+
+def _c_nc_n_gather(out, eng, t, ops, attrs) -> None:
+    for role in ("dst", "data", "indices"):
+        _mem(out, "nc_n_gather", ops, role, ("sbuf",))
+    d, x, i = ops.get("dst"), ops.get("data"), ops.get("indices")
+    if isinstance(i, Opnd) and i.dtype is not None and i.dtype != "uint32":
+        out.append(Finding("gather-dtype", f"nc_n_gather indices are {i.dtype}; must be uint32"))
+    if isinstance(d, Opnd) and isinstance(x, Opnd) and d.dtype and x.dtype and d.dtype != x.dtype:
+        out.append(Finding("gather-dtype", f"nc_n_gather: dst is {d.dtype}, data is {x.dtype}; must match"))
+    if isinstance(d, Opnd) and isinstance(i, Opnd) and None not in (d.free, i.free) and d.free != i.free:
+        out.append(Finding("gather-dtype", f"nc_n_gather: dst holds {d.free} elements per partition, "
+                           f"indices {i.free}"))
+
+
 def _c_dma_copy(out, eng, t, ops, attrs) -> None:
     for role in ("dst", "src"):
         _mem(out, "dma_copy", ops, role, ("hbm", "sbuf"), " (DMA cannot access PSUM)")
@@ -337,6 +373,7 @@ _CHECKS = {
     "activation": _c_activation, "nc_transpose": _c_nc_transpose, "nc_matmul": _c_nc_matmul,
     "tensor_copy": _c_tensor_copy, "tensor_copy_predicated": _c_tensor_copy_predicated,
     "memset": _c_memset, "iota": _c_iota, "affine_select": _c_affine_select, "dma_copy": _c_dma_copy,
+    "tensor_tensor_scan": _c_tensor_tensor_scan, "nc_n_gather": _c_nc_n_gather,
 }
 
 

@@ -5,7 +5,8 @@ Engines (``nki/api/nki/isa/__init__.py``, each function's docstring and ``engine
 nc_matmul: Tensor; nc_transpose: Tensor or Vector; activation: Scalar; tensor_tensor: Vector or
 GpSimd; tensor_scalar: Vector, Scalar or GpSimd; tensor_reduce: Vector; tensor_copy: Vector, Scalar
 (not on NeuronCore-v2) or GpSimd; tensor_copy_predicated: Vector; memset: Vector or GpSimd; iota:
-GpSimd; affine_select: GpSimd; dma_copy: the DMA queues.
+GpSimd; affine_select: GpSimd; tensor_tensor_scan: Vector; nc_n_gather: GpSimd; dma_copy: the DMA
+queues.
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ INSTRS: dict[str, InstrSpec] = {s.name: s for s in (
     InstrSpec("affine_select", _same("gpsimd"), "gpsimd",
               ("pattern", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op", "offset"),
               ("on_true_tile",)),
+    InstrSpec("tensor_tensor_scan", _same("vector"), "vector",
+              ("data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1"), ("data0", "data1", "initial")),
+    InstrSpec("nc_n_gather", _same("gpsimd"), "gpsimd", ("data", "indices"), ("data", "indices")),
     InstrSpec("dma_copy", _same("dma"), "dma", ("src",), ("src",)),
 )}
 

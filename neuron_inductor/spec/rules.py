@@ -95,6 +95,13 @@ _RULES = [
     Rule("dtype-known", "tiles use a dtype of table tbl-dtype", f"{SHARED} tbl-dtype"),
     Rule("iota-pattern", "iota pattern has at most 4 [step, num] pairs whose counts multiply to the "
          "elements per partition of dst", f"{ISA} iota"),
+    Rule("scan-operator", "tensor_tensor_scan op0/op1 are binary arithmetic operators of tbl-aluop "
+         "(not unary, not bitvec); initial is a float32 scalar or a [P, 1] tile",
+         f"{ISA} tensor_tensor_scan 'Both op0 and op1 can be any binary arithmetic operator'; 'initial'"),
+    Rule("gather-dtype", "nc_n_gather: data, indices and dst in SBUF; dst has data's dtype; indices are "
+         "uint32, as many per partition as dst holds, each in [0, elements per partition of data)",
+         f"{ISA} nc_n_gather 'Memory types', 'Data types', "
+         "'Tile size'"),
     Rule("dma-elements", "dma_copy src and dst hold the same number of elements",
          f"{ISA} dma_copy 'Tile size'"),
     Rule("indirect-dma", "vector-offset indirect DMA: the indexed tensor is in HBM, indirect_dim=0, the "

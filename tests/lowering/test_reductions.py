@@ -40,7 +40,7 @@ _RED_CASES = [(n, d, k) for n in sorted(RED) for d, k in DIMS
 @pytest.mark.filterwarnings("ignore:var.*degrees of freedom:UserWarning")
 @pytest.mark.parametrize("name,dims,keep", _RED_CASES, ids=str)
 def test_reduction(name, dims, keep):
-    """prod: forward only here; its backward (cumprod/flip) is a declared fallback, see below."""
+    """prod: forward only here (its inputs may hold zeros); its backward is tested below."""
     cases = [(_inputs(name, (2, 129, 600), torch.float32),), (_inputs(name, (3, 300, 5), torch.bfloat16),),
              (_inputs(name, (1, 1, 1), torch.float32),)]
     # an fp32 sum of up to 154800 terms in a different order: error grows like sqrt(n) * eps * |x|
@@ -48,12 +48,10 @@ def test_reduction(name, dims, keep):
                 atol=1e-3 if name in ("sum", "var") and dims is None else None)
 
 
-def test_prod_backward_falls_back_correctly():
-    from neuron_inductor import compile as nic
+def test_prod_backward_is_lowered():
+    """prod's backward takes exclusive cumprods both ways (flip, cumprod): all lowered."""
     x = 1 + 0.05 * randn((300, 130))
-    nic.fallback_ops.clear()
-    check_cases(lambda x: x.prod(-1), [(x,)], grad=True, fallback="silent", _allow_fallback=True)
-    assert nic.fallback_ops  # flip/cumprod in the backward: declared, counted
+    check_cases(lambda x: x.prod(-1), [(x,)], grad=True)
 
 
 @pytest.mark.parametrize("shape", [(1,), (300,), (4096,), (1009,)], ids=str)

@@ -472,6 +472,51 @@ def iota(ctx: KernelContext, *, dst: Any, pattern: Any, offset: int = 0,
     ctx.count("gpsimd", "iota", d.partitions, d.free_size, operands=(d,))
 
 
+@_instr
+def tensor_tensor_scan(ctx: KernelContext, *, dst: Any, data0: Any, data1: Any, initial: Any,
+                       op0: Any, op1: Any, reverse0: bool = False, reverse1: bool = False) -> None:
+    """Per partition ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` with ``r[-1] = initial``, in
+    fp32; each result is cast to dst's dtype and that value carries on (the docstring's numpy
+    recurrence reads ``result[:, i-1]`` back from the output array)."""
+    api = "nisa.tensor_tensor_scan"
+    d, a, b = _tile(dst, "dst", api), _tile(data0, "data0", api), _tile(data1, "data1", api)
+    tile_init = isinstance(initial, (Tensor, AccessPattern))
+    init = _tile(initial, "initial", api) if tile_init else initial
+    _conform(ctx, "tensor_tensor_scan", None, {"dst": d, "data0": a, "data1": b, "initial": init},
+             {"op0": op0, "op1": op1})
+    _same_partitions(api, d, a, b, *([init] if tile_init else []))
+    _same_free(api, a, b)
+    _same_free(api, d, a)
+    f0, f1 = _fn(op0, api), _fn(op1, api)
+    x0, x1 = dt.to_f32(_rows(a)), dt.to_f32(_rows(b))
+    prev = dt.to_f32(_rows(init)).reshape(-1) if isinstance(init, Tensor) else \
+        np.full(a.partitions, np.float32(init), dtype=np.float32)
+    out = np.empty(x0.shape, dtype=np.float32)
+    for i in range(x0.shape[1]):
+        t = f0(prev, x0[:, i]) if reverse0 else f0(x0[:, i], prev)
+        r = f1(x1[:, i], t) if reverse1 else f1(t, x1[:, i])
+        prev = dt.to_f32(dt.cast_to(np.asarray(r, dtype=np.float32), d.dtype))
+        out[:, i] = prev
+    _write(d, out)
+    ctx.count("vector", "tensor_tensor_scan", a.partitions, a.free_size, operands=(d, a, b))
+
+
+@_instr
+def nc_n_gather(ctx: KernelContext, *, dst: Any, data: Any, indices: Any) -> None:
+    """Per partition, ``dst[p, j] = data[p, indices[p, j]]`` over data's flattened free elements;
+    a bit-exact move on GpSimd, SBUF only."""
+    api = "nisa.nc_n_gather"
+    d, x, i = _tile(dst, "dst", api), _tile(data, "data", api), _tile(indices, "indices", api)
+    _conform(ctx, "nc_n_gather", None, {"dst": d, "data": x, "indices": i})
+    _same_partitions(api, d, x, i)
+    idx = _rows(i).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= x.free_size):
+        _raise_finding(spec.Finding("gather-dtype", f"{api}: index {int(idx.max() if idx.max() >= x.free_size else idx.min())} "
+                                    f"outside [0, {x.free_size})"), i)
+    d.array[...] = np.take_along_axis(_rows(x), idx, axis=1).reshape(d.shape)
+    ctx.count("gpsimd", "nc_n_gather", x.partitions, i.free_size, operands=(d, x, i))
+
+
 def __getattr__(name: str) -> Any:
     raise AttributeError(f"nisa.{name} is not supported by the neuron_inductor NKI simulator "
                          "(see the NKI subset contract in neuron_inductor/runtime/sim)")

@@ -377,5 +377,25 @@ def test_kernel_module_target_wins_over_config():
     assert info.value.rule == "tensor-copy-scalar-v2"
 
 
+@covers("scan-operator")
+def test_scan_operators_are_binary_arithmetic():
+    ones = lambda: sb()  # noqa: E731
+    refused("scan-operator", lambda t: nisa.tensor_tensor_scan(dst=sb(), data0=ones(), data1=t, initial=0.0,
+                                                               op0=nl.multiply, op1=nl.reciprocal))
+    refused("scan-operator", lambda t: nisa.tensor_tensor_scan(dst=sb(), data0=ones(), data1=t,
+                                                               initial=sb(), op0=nl.multiply, op1=nl.add))
+
+
+@covers("gather-dtype")
+def test_n_gather_indices_are_uint32_in_range():
+    def body(t, dtype=nl.int32, top=F):
+        idx = sb(dtype=dtype)
+        nisa.iota(dst=idx, pattern=[[1, F]], offset=top - F)
+        nisa.nc_n_gather(dst=sb(), data=t, indices=idx)
+
+    refused("gather-dtype", body)
+    refused("gather-dtype", lambda t: body(t, nl.uint32, F + 1))  # an index past the free size
+
+
 def test_every_rule_has_a_refusal():
     assert set(RULES) - STATIC_ONLY == set(RUNTIME_RULES)
