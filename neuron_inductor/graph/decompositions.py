@@ -16,6 +16,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from .decompositions_gather import GATHER_DECOMPOSITIONS
+from .decompositions_select import SELECT_DECOMPOSITIONS
 
 aten = torch.ops.aten
 
@@ -211,20 +212,6 @@ def _masked_fill(x: torch.Tensor, indices, values: torch.Tensor):
     return aten.where.self(mask, value, x)
 
 
-@_register(aten.scatter.src)
-def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor):
-    """A few values per row along the last axis (top-k routing's backward) as compare-and-selects."""
-    if not (_last_axis(x, dim) and x.dim() == index.dim() and tuple(src.shape) == tuple(index.shape)
-            and tuple(index.shape[:-1]) == tuple(x.shape[:-1]) and index.shape[-1] <= 8):
-        return NotImplemented
-    iota = aten.arange.start_step(0, x.shape[-1], 1, dtype=torch.int64, device=x.device)
-    out = x
-    for j in range(index.shape[-1]):
-        hit = aten.eq.Tensor(iota, aten.slice.Tensor(index, -1, j, j + 1))
-        out = aten.where.self(hit, aten.slice.Tensor(src, -1, j, j + 1), out)
-    return out
-
-
 def _sdpa_scores(q, k, attn_mask, is_causal: bool, scale):
     """scale * q @ k^T + mask in fp32, as torch's CPU flash kernel forms them: causal top-left
     aligned, masked-out scores (bool False, causal) -inf, additive masks added as they are."""
@@ -346,6 +333,7 @@ def decomposition_table() -> dict:
     for op in (aten.gelu.default,):
         table.pop(op, None)
     table.update(GATHER_DECOMPOSITIONS)
+    table.update(SELECT_DECOMPOSITIONS)
     table.update(_own)
     from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
     from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls

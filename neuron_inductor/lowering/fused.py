@@ -511,6 +511,10 @@ class _FusedLowering:
         for r in self.reductions:
             op = REDUCTIONS[r.target][0]
             acc = accs[r].region
+            if acc.dtype != "float32":  # nc_transpose keeps its input's dtype; integer partials
+                f = kb.tile(tuple(int(s) for s in acc.tile.shape), "float32", prefix="accf")
+                kb.copy("vector", f.full(), acc.tile.full())  # (proven below 2**24) widen exactly
+                acc = TileRegion(f, acc.starts, acc.sizes)
             tp = kb.tile((1, PMAX), "float32", "psum", prefix="tp")
             kb.instr("tensor", "nc_transpose", tp.full(), {"data": acc})
             red = kb.tile((1, 1), "float32", prefix="red")
