@@ -16,6 +16,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from .decompositions_gather import GATHER_DECOMPOSITIONS
+from .decompositions_random import RANDOM_DECOMPOSITIONS
 from .decompositions_select import SELECT_DECOMPOSITIONS
 
 aten = torch.ops.aten
@@ -334,6 +335,7 @@ def decomposition_table() -> dict:
         table.pop(op, None)
     table.update(GATHER_DECOMPOSITIONS)
     table.update(SELECT_DECOMPOSITIONS)
+    table.update(RANDOM_DECOMPOSITIONS)
     table.update(_own)
     from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
     from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls

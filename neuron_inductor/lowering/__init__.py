@@ -8,6 +8,7 @@ from . import matmul  # noqa: F401
 from . import attention  # noqa: F401  (flash attention forward)
 from . import attention_bwd  # noqa: F401  (flash attention backward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)
+from . import shifts  # noqa: F401  (integer right shift)
 from .layout import LoweringError
 
 __all__ = ["FallbackError", "LoweredGraph", "LoweringError", "lower_graph"]

@@ -48,11 +48,14 @@ class _Ctx:
     def __init__(self, lower: "_FusedLowering") -> None:
         self.lw = lower
         self.kb = lower.kb
+        #: tiles allocated by the op being lowered; those its result does not hold are temporaries
+        self.fresh: list = []
 
     def new(self, kind: str, dtype: str) -> TileRegion:
         lw = self.lw
         cols = lw.fc if kind == "full" else 1
         t = self.kb.tile((PMAX, cols), dtype, prefix="t")
+        self.fresh.append(t)
         return t.region(lw.rows, lw.cols if kind == "full" else 1)
 
     def iota(self, node: fx.Node, start, step, dtype: str) -> TVal:
@@ -619,10 +622,19 @@ class _FusedLowering:
         skip0 = n.target is torch.ops.aten.copy_.default  # destination: written, not read
         args = [None if (skip0 and i == 0) else self._arg(n, a, loads) for i, a in enumerate(n.args)]
         kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}
+        self.ctx.fresh = []
         try:
-            return fn(self.ctx, n, *args, **kwargs)
+            v = fn(self.ctx, n, *args, **kwargs)
         except NotImplementedError as e:
             raise LoweringError(f"{n.target}: {e}") from None
+        # an op's temporaries (an int32 copy of a constant, the words of a shift...) die with it:
+        # recycled here, a long integer chain (a hash) stays within SBUF
+        keep = {id(r.tile) for r in (getattr(v, "region", None), getattr(v, "hi", None)) if r is not None}
+        for t in self.ctx.fresh:
+            if id(t) not in keep:
+                self.kb.release(t)
+        self.ctx.fresh = []
+        return v
 
     def _arg(self, consumer: fx.Node, a, loads):
         if isinstance(a, fx.Node):
