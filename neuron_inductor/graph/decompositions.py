@@ -56,6 +56,20 @@ def scatter_value(x: torch.Tensor, dim: int, index: torch.Tensor, value):
     return aten.where.self(hit, aten.scalar_tensor.default(value, dtype=x.dtype), x)
 
 
+@_register(aten.new_empty_strided.default)
+def new_empty_strided(x: torch.Tensor, size, stride, *, dtype=None, layout=None, device=None,
+                      pin_memory=None):
+    """Uninitialised memory with contiguous strides (an autograd buffer, e.g. gpt-oss's backward):
+    ``empty`` (lowered as a free constant); other strides stay with the fallback."""
+    expect, acc = [], 1
+    for s in reversed(list(size)):
+        expect.append(acc)
+        acc *= max(int(s), 1)
+    if list(stride) != list(reversed(expect)):
+        return NotImplemented
+    return aten.empty.memory_format(list(size), dtype=dtype or x.dtype, device=device or x.device)
+
+
 @_register(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad: torch.Tensor, indices: torch.Tensor, num_weights: int,
                              padding_idx: int, scale_grad_by_freq: bool):
