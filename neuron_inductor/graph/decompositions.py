@@ -2,9 +2,11 @@
 
 We start from PyTorch's core-ATen decompositions, add the composite ops that core ATen keeps
 (softmax, layer norm, their backwards, var) and our own rewrites that turn index-heavy ops into shapes
-the hardware likes: ``gather``/``scatter_add`` (decompositions_gather.py) and a single-index
-``scatter`` along the last axis become compares with an iota (fused masked reductions / selects),
-and the embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
+the hardware likes: ``gather``/``scatter``/``scatter_add`` (decompositions_gather.py) and a
+single-value ``scatter`` become compares with an iota (fused masked reductions / selects),
+``max.dim``/``argmax``/small-k ``topk`` become fused max-and-first-index reductions
+(decompositions_select.py), the random ops a counter-based hash (decompositions_random.py), and the
+embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
 """
 from __future__ import annotations
 
