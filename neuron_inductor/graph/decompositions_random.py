@@ -1,5 +1,5 @@
 """The random ops behind dropout (``rand``, ``rand_like``, ``uniform``, ``bernoulli.p``,
-``native_dropout``) as a counter-based generator in integer ops we lower.
+``native_dropout``; also ``exponential``, a Gumbel router's noise) as a counter-based generator in integer ops we lower.
 
 Stream: a call draws a two-word key ``(k0, k1)`` from torch's default generator on the host
 (``aten.randint`` of two int32, the only host step; ``torch.manual_seed`` therefore reproduces a
@@ -105,6 +105,16 @@ def bernoulli_p(x: torch.Tensor, p: float = 0.5, *, generator=None):
     return aten._to_copy.default(hit, dtype=x.dtype)
 
 
+def exponential(x: torch.Tensor, lambd: float = 1.0, *, generator=None):
+    """``x.exponential_(lambd)`` functionally: ``-log(1 - u) / lambd`` (inverse CDF; ``1 - u`` lies in
+    (0, 1], so the log is finite). PhiMoE's router samples Gumbel noise this way in training."""
+    if not _legal(x.shape, x.dtype, generator):
+        return NotImplemented
+    u = uniform_bits(x.shape, torch.float32, x.device)
+    e = aten.mul.Tensor(aten.log.default(aten.rsub.Scalar(u, 1.0)), -1.0 / float(lambd))
+    return aten._to_copy.default(e, dtype=x.dtype) if x.dtype != torch.float32 else e
+
+
 def native_dropout(x: torch.Tensor, p: float, train: bool | None):
     """(x * mask / (1 - p), mask) with ``mask = u >= p`` (kept with probability ``1 - p``)."""
     if not train or p == 0:
@@ -124,5 +134,6 @@ RANDOM_DECOMPOSITIONS = {
     aten.rand_like.default: rand_like,
     aten.uniform.default: uniform,
     aten.bernoulli.p: bernoulli_p,
+    aten.exponential.default: exponential,
     aten.native_dropout.default: native_dropout,
 }

@@ -111,3 +111,14 @@ def test_stream_is_a_function_of_key_and_index():
     torch.manual_seed(7)
     got = _compile(lambda x: torch.rand_like(x))(torch.zeros(3, 5))
     torch.testing.assert_close(got, eager, rtol=0, atol=0)
+
+
+def test_exponential_mean_and_variance():
+    """exponential_(lambd): mean 1/lambd, variance 1/lambd^2, all positive and finite."""
+    x = torch.zeros(300, 131)
+    e = _compile(lambda x: torch.empty_like(x).exponential_(2.0))(x)
+    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    n = e.numel()
+    assert torch.isfinite(e).all() and (e >= 0).all()
+    assert abs(e.mean().item() - 0.5) < 6 * math.sqrt(0.25 / n)
+    assert abs(e.var().item() - 0.25) < 6 * math.sqrt(8 * 0.0625 / n)   # var of (e - m)^2: 8 / lambd^4
