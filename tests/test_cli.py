@@ -121,3 +121,13 @@ def test_ops_lists_lowered_families():
     assert "mm" in ops["kernels"] and "exp" in ops["pointwise"] and "sum" in ops["reductions"]
     assert "permute" in ops["views (access patterns, no kernel)"]
     assert main(["ops", "--json"]) == 0
+
+
+def test_ops_lists_selections_scatters_and_random_ops():
+    from neuron_inductor.cli import supported_ops
+    ops = supported_ops()
+    decomposed = set(ops["decomposed first"])
+    for name in ("max", "min", "argmax", "argmin", "topk", "scatter", "scatter_add", "gather",
+                 "rand_like", "rand", "uniform", "bernoulli", "native_dropout"):
+        assert name in decomposed, name
+    assert "__rshift__" in ops["pointwise"]

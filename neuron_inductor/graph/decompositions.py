@@ -2,9 +2,11 @@
 
 We start from PyTorch's core-ATen decompositions, add the composite ops that core ATen keeps
 (softmax, layer norm, their backwards, var) and our own rewrites that turn index-heavy ops into shapes
-the hardware likes: ``gather``/``scatter_add`` (decompositions_gather.py) and a single-index
-``scatter`` along the last axis become compares with an iota (fused masked reductions / selects),
-and the embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
+the hardware likes: ``gather``/``scatter``/``scatter_add`` (decompositions_gather.py) and a
+single-value ``scatter`` become compares with an iota (fused masked reductions / selects),
+``max.dim``/``argmax``/small-k ``topk`` become fused max-and-first-index reductions
+(decompositions_select.py), the random ops a counter-based hash (decompositions_random.py), and the
+embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from .decompositions_gather import GATHER_DECOMPOSITIONS
+from .decompositions_random import RANDOM_DECOMPOSITIONS
+from .decompositions_select import SELECT_DECOMPOSITIONS
 
 aten = torch.ops.aten
 _FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -63,6 +67,20 @@ def scatter_value(x: torch.Tensor, dim: int, index: torch.Tensor, value):
     iota = aten.arange.start_step(0, x.shape[-1], 1, dtype=torch.int64, device=x.device)
     hit = aten.eq.Tensor(iota, index)
     return aten.where.self(hit, aten.scalar_tensor.default(value, dtype=x.dtype), x)
+
+
+@_register(aten.new_empty_strided.default)
+def new_empty_strided(x: torch.Tensor, size, stride, *, dtype=None, layout=None, device=None,
+                      pin_memory=None):
+    """Uninitialised memory with contiguous strides (an autograd buffer, e.g. gpt-oss's backward):
+    ``empty`` (lowered as a free constant); other strides stay with the fallback."""
+    expect, acc = [], 1
+    for s in reversed(list(size)):
+        expect.append(acc)
+        acc *= max(int(s), 1)
+    if list(stride) != list(reversed(expect)):
+        return NotImplemented
+    return aten.empty.memory_format(list(size), dtype=dtype or x.dtype, device=device or x.device)
 
 
 @_register(aten.embedding_dense_backward.default)
@@ -222,20 +240,6 @@ def _masked_fill(x: torch.Tensor, indices, values: torch.Tensor):
     return aten.where.self(mask, value, x)
 
 
-@_register(aten.scatter.src)
-def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor):
-    """A few values per row along the last axis (top-k routing's backward) as compare-and-selects."""
-    if not (_last_axis(x, dim) and x.dim() == index.dim() and tuple(src.shape) == tuple(index.shape)
-            and tuple(index.shape[:-1]) == tuple(x.shape[:-1]) and index.shape[-1] <= 8):
-        return NotImplemented
-    iota = aten.arange.start_step(0, x.shape[-1], 1, dtype=torch.int64, device=x.device)
-    out = x
-    for j in range(index.shape[-1]):
-        hit = aten.eq.Tensor(iota, aten.slice.Tensor(index, -1, j, j + 1))
-        out = aten.where.self(hit, aten.slice.Tensor(src, -1, j, j + 1), out)
-    return out
-
-
 def _sdpa_scores(q, k, attn_mask, is_causal: bool, scale):
     """scale * q @ k^T + mask in fp32, as torch's CPU flash kernel forms them: causal top-left
     aligned, masked-out scores (bool False, causal) -inf, additive masks added as they are."""
@@ -355,6 +359,8 @@ def decomposition_table() -> dict:
     for op in (aten.gelu.default,):
         table.pop(op, None)
     table.update(GATHER_DECOMPOSITIONS)
+    table.update(SELECT_DECOMPOSITIONS)
+    table.update(RANDOM_DECOMPOSITIONS)
     table.update(_own)
     from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
     table.update(conv)

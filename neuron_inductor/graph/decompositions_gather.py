@@ -1,4 +1,4 @@
-"""``gather`` and ``scatter_add`` (gather's backward) in ops we lower, for every legal index shape.
+"""``gather``, ``scatter_add`` (gather's backward) and ``scatter`` in ops we lower, for every legal index shape.
 
 ``torch.gather(x, dim, index)`` reads ``x[..., index[..., j, ...], ...]``; the index may be smaller
 than ``x`` on *every* dim, and then only the leading part of ``x`` along the other dims is read. We
@@ -119,8 +119,61 @@ def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
     return aten.add.Tensor(x, upd)
 
 
+#: index positions along ``dim`` up to which a ``scatter`` is a chain of compare-and-selects (one
+#: per position, in order, so the last write wins as in torch's CPU loop)
+SCATTER_CHAIN = 8
+
+
+def _put_leading(x: torch.Tensor, part: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``x`` with its leading block of ``part``'s shape (smaller on ``dims``) replaced by ``part``."""
+    if not dims:
+        return part
+    k = dims[0]
+    inner = aten.slice.Tensor(x, k, 0, part.shape[k])
+    return aten.slice_scatter.default(x, _put_leading(inner, part, dims[1:]), k, 0, part.shape[k])
+
+
+def scatter_src(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor):
+    """``x.scatter(dim, index, src)`` on any axis: the written element takes ``src``, the rest ``x``.
+
+    Up to ``SCATTER_CHAIN`` positions along ``dim`` (top-k routing's and max.dim's backward: the
+    gradient scattered into zeros) it is one compare-and-select per position; more positions take
+    a masked reduction over them that keeps, for each element, the *last* position naming it, so
+    repeated indices resolve as torch's CPU loop does (torch leaves the order unspecified)."""
+    if not _legal(x, index) or src.dim() != x.dim():
+        return NotImplemented
+    d = dim % x.dim()
+    n, m = x.shape[d], index.shape[d]
+    if index.numel() * n > COMPARE_LIMIT or (m > SCATTER_CHAIN and not x.is_floating_point()):
+        return NotImplemented
+    src = _narrow_to(src, index.shape, -1)
+    if src.dtype != x.dtype:
+        src = aten._to_copy.default(src, dtype=x.dtype)
+    part = _narrow_to(x, index.shape, d)
+    il, sl, out = _to_last(index, d), _to_last(src, d), _to_last(part, d)
+    iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
+    if m <= SCATTER_CHAIN:
+        for j in range(m):
+            hit = aten.eq.Tensor(iota, aten.slice.Tensor(il, -1, j, j + 1))
+            out = aten.where.self(hit, aten.slice.Tensor(sl, -1, j, j + 1), out)
+    else:
+        hit = aten.eq.Tensor(aten.unsqueeze.default(il, -1), iota)                 # [..., m, n]
+        jf = aten.view.default(aten.arange.start_step(0, m, 1, dtype=torch.float32, device=x.device),
+                               [m, 1])
+        last = aten.amax.default(aten.where.self(hit, jf, aten.scalar_tensor.default(-1.0)), [-2], True)
+        pick = aten.logical_and.default(hit, aten.eq.Tensor(jf, last))
+        val = aten.sum.dim_IntList(aten.where.self(pick, aten.unsqueeze.default(sl, -1),
+                                                   aten.scalar_tensor.default(0, dtype=x.dtype)), [-2])
+        if val.dtype != x.dtype:
+            val = aten._to_copy.default(val, dtype=x.dtype)
+        out = aten.where.self(aten.ge.Scalar(aten.squeeze.dims(last, [-2]), 0), val, out)
+    out = _from_last(out, d)
+    return _put_leading(x, out, [k for k in range(x.dim()) if k != d and part.shape[k] != x.shape[k]])
+
+
 #: op -> decomposition, merged into the table by ``decompositions.decomposition_table``
 GATHER_DECOMPOSITIONS = {
     aten.gather.default: gather,
     aten.scatter_add.default: scatter_add,
+    aten.scatter.src: scatter_src,
 }

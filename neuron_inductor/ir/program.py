@@ -67,6 +67,14 @@ class Empty:
 
 
 @dataclass(eq=False)
+class RngKey(Empty):
+    """``name = host.rng_key(...)`` — a few random int32 words drawn from torch's default generator:
+    the key of a counter-based generator whose stream the kernels compute. Drawing it is the
+    generator's job, not a missing lowering, so it is no fallback (and it advances the generator,
+    so ``torch.manual_seed`` reproduces runs and successive calls differ)."""
+
+
+@dataclass(eq=False)
 class Fallback:
     """A declared fallback: run ATen op ``target`` (e.g. ``"aten.native_dropout.default"``) eagerly on
     the host. ``args``/``kwargs`` hold host value names (wrapped in ``Ref``) and constants."""

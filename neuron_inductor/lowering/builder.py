@@ -104,7 +104,9 @@ class KernelBuilder:
         recycled: reusing an outer block's tile inside an affine loop would make its iterations
         write the same memory."""
         if getattr(tile, "depth", -1) == len(self._blocks):
-            self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), []).append(tile)
+            pool = self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), [])
+            if all(t is not tile for t in pool):  # a second release must not hand it out twice
+                pool.append(tile)
 
     # --- statements --------------------------------------------------------------------------
     def instr(self, engine: str, opcode: str, dst: TileRegion,

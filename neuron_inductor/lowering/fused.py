@@ -31,6 +31,7 @@ import torch.fx as fx
 from ..ir import HBMAccess, TensorMeta, TileRegion
 from . import integers
 from .builder import KernelBuilder, TVal, ceil_div
+from .fused_ctx import _Ctx  # noqa: F401  (matmul builds one for its epilogue)
 from .fused_group import (FusedGroup, Source, _contig, _restore, _snapshot, _split_rows, col_pair,  # noqa: F401
                           last_axis, reduce_dims, sbuf_peak)
 from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, word_scale)
@@ -40,33 +41,6 @@ from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
 
 PMAX = 128
 EXPAND = torch.ops.aten.expand.default
-
-
-class _Ctx:
-    """What a pointwise lowering sees: the builder, the current tile extents, allocation, iota."""
-
-    def __init__(self, lower: "_FusedLowering") -> None:
-        self.lw = lower
-        self.kb = lower.kb
-
-    def new(self, kind: str, dtype: str) -> TileRegion:
-        lw = self.lw
-        cols = lw.fc if kind == "full" else 1
-        t = self.kb.tile((PMAX, cols), dtype, prefix="t")
-        return t.region(lw.rows, lw.cols if kind == "full" else 1)
-
-    def iota(self, node: fx.Node, start, step, dtype: str) -> TVal:
-        if not all(float(v).is_integer() for v in (start, step)):
-            raise LoweringError("arange with a fractional start or step")
-        st = self.lw.node_strides[node]
-        kind = "row" if self.lw.F is None or st[self.lw.F] == 0 else "full"
-        dst = self.new(kind, dtype)
-        lw = self.lw
-        pat = [[int(step) * (st[lw.F] if kind == "full" else 0), lw.cols if kind == "full" else 1]]
-        offset = int(start) + int(step) * lw.offset_expr(st)
-        cm = int(step) * st[lw.P] if lw.P is not None else 0
-        self.kb.instr("gpsimd", "iota", dst, {}, pattern=pat, offset=offset, channel_multiplier=cm)
-        return TVal(kind, dst, bound=abs(int(start)) + abs(int(step)) * math.prod(self.lw.D0))
 
 
 class _FusedLowering:
@@ -511,6 +485,10 @@ class _FusedLowering:
         for r in self.reductions:
             op = REDUCTIONS[r.target][0]
             acc = accs[r].region
+            if acc.dtype != "float32":  # nc_transpose keeps its input's dtype; integer partials
+                f = kb.tile(tuple(int(s) for s in acc.tile.shape), "float32", prefix="accf")
+                kb.copy("vector", f.full(), acc.tile.full())  # (proven below 2**24) widen exactly
+                acc = TileRegion(f, acc.starts, acc.sizes)
             tp = kb.tile((1, PMAX), "float32", "psum", prefix="tp")
             kb.instr("tensor", "nc_transpose", tp.full(), {"data": acc})
             red = kb.tile((1, 1), "float32", prefix="red")
@@ -616,7 +594,7 @@ class _FusedLowering:
         args = [None if (skip0 and i == 0) else self._arg(n, a, loads) for i, a in enumerate(n.args)]
         kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}
         try:
-            return fn(self.ctx, n, *args, **kwargs)
+            return self.ctx.call(fn, n, *args, **kwargs)
         except NotImplementedError as e:
             raise LoweringError(f"{n.target}: {e}") from None
 

@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from ..config import Config
 from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
+from ..ir.program import RngKey
 from ..target import Target, get_target
 from .builder import KernelBuilder
 from .fused import Source, lower_fused
@@ -190,6 +191,12 @@ class GraphLowering:
         return LoweredGraph(self.program, groups, self.fallbacks)
 
     def lower_group(self, g: Group) -> None:
+        if g.kind == "fallback" and is_rng_key(g.nodes[0]):
+            n, name = g.nodes[0], self._fresh("key")
+            m = meta_of(val(n))
+            self.program.steps.append(RngKey(name, m))
+            self.host[n], self.host_meta[n] = name, m
+            return
         if g.kind == "fallback":
             self.fallback(g.nodes[0], g.reason, collective=is_collective(g.nodes[0].target))
             return
@@ -355,6 +362,18 @@ COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 
 def is_collective(target) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target.namespace in COLLECTIVE_NAMESPACES
+
+
+#: int32 words up to which an ``aten.randint`` is a random-stream key drawn on the host (RngKey)
+RNG_KEY_NUMEL = 2
+
+
+def is_rng_key(n: fx.Node) -> bool:
+    """A draw of a few int32 words from torch's default generator (the key of the counter-based
+    stream of graph/decompositions_random.py): a host generator step, not a fallback."""
+    v = val(n)
+    return n.target is aten.randint.low and isinstance(v, torch.Tensor) and v.dtype == torch.int32 \
+        and 0 < v.numel() <= RNG_KEY_NUMEL and "generator" not in n.kwargs
 
 
 def math_numel(v) -> int:

@@ -131,6 +131,12 @@ def empty(size: Sequence[int], stride: Sequence[int], dtype: str) -> torch.Tenso
     return torch.empty_strided(tuple(size), tuple(stride), dtype=torch_dtype(dtype))
 
 
+def rng_key(size: Sequence[int]) -> torch.Tensor:
+    """Random int32 words from torch's default generator: the key of a counter-based random stream
+    the kernels compute (a draw of a few words, no computation)."""
+    return torch.randint(-(1 << 31), (1 << 31) - 1, tuple(size), dtype=torch.int32)
+
+
 # ------------------------------------------------------------------------------------------ modules
 
 def load_sibling(file: str, name: str) -> ModuleType:

@@ -51,3 +51,19 @@ def test_bool_mask_fill_index_put_is_a_where():
         nic.reset_counters()
         got = run_compiled(fill, x, mask, fallback="error")
         torch.testing.assert_close(got, fill(x, mask), rtol=0, atol=0)
+
+
+def test_new_empty_strided_contiguous_is_an_empty_and_other_strides_are_left():
+    """Autograd buffers (gpt-oss's and deepseek-v3's MoE backward) ask for ``new_empty_strided`` with
+    contiguous strides: an ``empty`` (no fallback); any other stride pattern stays as it is."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from neuron_inductor.graph.decompositions import decomposition_table
+    aten = torch.ops.aten
+    x = torch.randn(3, 4)
+    gm = make_fx(lambda x: aten.new_empty_strided.default(x, [5, 130], [130, 1]).fill_(2.0) + x.sum(),
+                 decomposition_table=decomposition_table())(x)
+    targets = [n.target for n in gm.graph.nodes]
+    assert aten.new_empty_strided.default not in targets and aten.empty.memory_format in targets
+    gm = make_fx(lambda x: aten.new_empty_strided.default(x, [5, 130], [1, 5]),
+                 decomposition_table=decomposition_table())(x)
+    assert aten.new_empty_strided.default in [n.target for n in gm.graph.nodes]

@@ -64,3 +64,36 @@ def test_index_select_backward_any_axis_repeated_indices(dim):
     x = torch.randn(5, 130, 3)
     idx = torch.tensor([2, 0, 2, 2, 1])
     check_no_fallback(lambda x, i: torch.index_select(x, dim, i).tanh(), x, idx)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_src_any_axis_few_positions(dim):
+    """max.dim's and top-k's backward: the gradient scattered into zeros at the indices, on every
+    axis, as one compare-and-select per index position (a permutation: no repeats)."""
+    x = torch.randn(6, 130, 5)
+    idx = torch.rand(6, 130, 5).argsort(dim).narrow(dim, 0, 3)
+    check_no_fallback(lambda x, s, i: torch.zeros_like(x).scatter(dim, i, s * 2) + x,
+                      x, torch.randn(idx.shape), idx)
+
+
+def test_scatter_src_repeats_last_write_wins_and_smaller_index():
+    """Repeated indices: the last position writes (torch's CPU loop order), with the chain (<= 8
+    positions) and with the masked reduction (more); an index smaller than x on another dim leaves
+    the rest of x untouched."""
+    x = torch.randn(5, 140)
+    few = torch.tensor([[1, 1, 9], [0, 2, 2], [7, 7, 7]])
+    check_no_fallback(lambda x, s, i: x.scatter(1, i, s), x, torch.randn(3, 4), few, grad=False)
+    many = torch.randint(0, 140, (4, 30), generator=torch.Generator().manual_seed(0))
+    many[:, 5] = many[:, 2]
+    check_no_fallback(lambda x, s, i: x.scatter(1, i, s), x, torch.randn(4, 30), many, grad=False)
+    check_no_fallback(lambda x, s, i: x.scatter(0, i, s), torch.randn(12, 3, 4), torch.randn(20, 2, 4),
+                      torch.randint(0, 12, (20, 2, 4), generator=torch.Generator().manual_seed(1)),
+                      grad=False)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_scatter_add_any_axis_bf16(dim):
+    x = torch.randn(4, 130, 6).to(torch.bfloat16)
+    idx = torch.randint(0, x.shape[dim], (4, 130, 6), generator=torch.Generator().manual_seed(2))
+    check_no_fallback(lambda x, i, s: x.scatter_add(dim, i, s), x, idx,
+                      torch.randn(4, 130, 6).to(torch.bfloat16), grad=False)

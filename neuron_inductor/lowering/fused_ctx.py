@@ -1,0 +1,59 @@
+"""The context a pointwise lowering sees inside a fused kernel: builder, tile extents, allocation, iota.
+
+``call`` runs one op's lowering and recycles the tiles it allocated that its result does not hold
+(an int32 copy of a constant, the words of a shift...): they die with the op, so a long integer
+chain (a hash) stays within SBUF instead of keeping one tile per instruction.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch.fx as fx
+
+from ..ir import TileRegion
+from .builder import TVal
+from .layout import LoweringError
+
+PMAX = 128
+
+
+class _Ctx:
+    """What a pointwise lowering sees: the builder, the current tile extents, allocation, iota."""
+
+    def __init__(self, lower: Any) -> None:  # the fused lowering (fused.py) this context serves
+        self.lw = lower
+        self.kb = lower.kb
+        #: tiles allocated by the op being lowered; those its result does not hold are temporaries
+        self.fresh: list = []
+
+    def call(self, fn: Callable, node: fx.Node, *args: Any, **kwargs: Any) -> TVal:
+        """``fn(self, node, *args)``, then its temporaries back to the pool."""
+        self.fresh = []
+        v = fn(self, node, *args, **kwargs)
+        keep = {id(r.tile) for r in (getattr(v, "region", None), getattr(v, "hi", None)) if r is not None}
+        for t in self.fresh:
+            if id(t) not in keep:
+                self.kb.release(t)
+        self.fresh = []
+        return v
+
+    def new(self, kind: str, dtype: str) -> TileRegion:
+        lw = self.lw
+        cols = lw.fc if kind == "full" else 1
+        t = self.kb.tile((PMAX, cols), dtype, prefix="t")
+        self.fresh.append(t)
+        return t.region(lw.rows, lw.cols if kind == "full" else 1)
+
+    def iota(self, node: fx.Node, start, step, dtype: str) -> TVal:
+        if not all(float(v).is_integer() for v in (start, step)):
+            raise LoweringError("arange with a fractional start or step")
+        st = self.lw.node_strides[node]
+        kind = "row" if self.lw.F is None or st[self.lw.F] == 0 else "full"
+        dst = self.new(kind, dtype)
+        lw = self.lw
+        pat = [[int(step) * (st[lw.F] if kind == "full" else 0), lw.cols if kind == "full" else 1]]
+        offset = int(start) + int(step) * lw.offset_expr(st)
+        cm = int(step) * st[lw.P] if lw.P is not None else 0
+        self.kb.instr("gpsimd", "iota", dst, {}, pattern=pat, offset=offset, channel_multiplier=cm)
+        return TVal(kind, dst, bound=abs(int(start)) + abs(int(step)) * math.prod(self.lw.D0))
