@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
+from .cat_select import cat_to_select
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
 
@@ -142,6 +143,7 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     full_like_to_full,
     common_subexpression_elimination,
     masked_sum_to_cat,
+    cat_to_select,
     dead_code_elimination,
 ]
 
