@@ -39,6 +39,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
     from .lowering import lower_graph
 
     t0 = time.perf_counter()
+    gm.meta["fusion"] = cfg.fusion  # passes that only enable fusion skip unfused builds
     gm = run_passes(gm)  # the cache key was taken before; AOT does not reuse gm
     lowered = lower_graph(gm, cfg, name)
     program = lowered.program

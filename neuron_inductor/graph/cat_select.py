@@ -67,7 +67,10 @@ def _eligible(node: fx.Node) -> tuple[list[fx.Node], torch.Tensor] | None:
 
 
 def cat_to_select(gm: fx.GraphModule) -> None:
-    """Rewrite every eligible last-axis ``cat`` (see the module docstring) in place."""
+    """Rewrite every eligible last-axis ``cat`` (see the module docstring) in place. Without
+    fusion (``gm.meta["fusion"]`` false) the select would only add kernels: nothing changes."""
+    if not gm.meta.get("fusion", True):
+        return
     g = gm.graph
     for node in list(g.nodes):
         found = _eligible(node)

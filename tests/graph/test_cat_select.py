@@ -68,3 +68,12 @@ def test_refine_domain():
     assert refine_domain([2, 4, 128], [[2, 4, 2, 64]]) == [2, 4, 2, 64]
     assert refine_domain([1, 8, 128], [[8, 128]]) == [1, 8, 128]     # nothing finer: unchanged
     assert refine_domain([6, 4], [[4, 6]]) == [6, 4]                   # no common refinement
+
+
+def test_unfused_build_keeps_the_cat():
+    # with fusion off the select would only add kernels (and inflate the unfused baseline)
+    gm = make_fx(rotary, tracing_mode="fake")(*[torch.empty(s) for s in
+                                                [(1, 2, 8, 64), (1, 2, 8, 64), (8, 64), (8, 64)]])
+    gm.meta["fusion"] = False
+    run_passes(gm)
+    assert aten.cat.default in [n.target for n in gm.graph.nodes]
