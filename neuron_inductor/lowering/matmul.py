@@ -89,7 +89,6 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     budget = kb.target.sbuf_bytes_per_partition * 19 // 20
     # rows staged for TensorE transposes are whole K rows (one contiguous DMA row per partition)
     KC = K
-    chunks = [(0, nk)]
     # transposes gathered per PSUM bank (one eviction of 512 columns instead of four of 128)
     grp = next((g for g in (4, 2) if K % KMAX == 0 and nk % g == 0), 1)
 
