@@ -7,6 +7,8 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
+from .cat_layout import cat_into_permuted_layout
+from .cat_select import cat_to_select
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
 
@@ -142,6 +144,8 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     full_like_to_full,
     common_subexpression_elimination,
     masked_sum_to_cat,
+    cat_to_select,
+    cat_into_permuted_layout,
     dead_code_elimination,
 ]
 

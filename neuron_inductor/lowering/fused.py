@@ -22,6 +22,7 @@ TensorE, so each HBM byte is read once per kernel.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -34,7 +35,7 @@ from .builder import KernelBuilder, TVal, ceil_div
 from .fused_ctx import _Ctx  # noqa: F401  (matmul builds one for its epilogue)
 from .fused_group import (FusedGroup, Source, _contig, _restore, _snapshot, _split_rows, col_pair,  # noqa: F401
                           last_axis, reduce_dims, sbuf_peak)
-from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, word_scale)
+from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, refine_domain, word_scale)
 from .partition_ops import FLOATS, ColumnSums, broadcast_partitions
 from .pointwise import copy, scalar_op, tile_dtype
 from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
@@ -724,6 +725,20 @@ def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBui
             return
         except LoweringError:
             _restore(kb, snap)
+    if not group.reduce_axes and not getattr(group, "col_axes", ()):
+        fine = refine_domain(group.domain, [n.meta["val"].shape for n in group.nodes
+                                            if isinstance(n.meta.get("val"), torch.Tensor)])
+        if fine != list(group.domain):
+            snap = _snapshot(kb)
+            try:
+                lw = _FusedLowering(dataclasses.replace(group, domain=tuple(fine)), sources, kb,
+                                    free_chunk)
+                lw.out_tensors, lw.out_meta = out_tensors, out_meta
+                lw.plan()
+                lw.emit()
+                return
+            except LoweringError:
+                _restore(kb, snap)
     lw = _FusedLowering(group, sources, kb, free_chunk)
     lw.out_tensors, lw.out_meta = out_tensors, out_meta
     lw.plan()

@@ -146,3 +146,30 @@ def merge_dims(domain: Sequence[int], strides_list: list[list[int]],
         for i, st in enumerate(strides_list):
             strides[i].append(st[ax])
     return dom, strides, groups
+
+
+def refine_domain(domain: Sequence[int], shapes: Sequence[Sequence[int]]) -> list[int]:
+    """The coarsest domain that every shape of ``shapes`` (each with ``domain``'s element count) is a
+    coarsening of: the union of their axis boundaries. A group whose members view the same elements
+    as ``[..., 128]`` and ``[..., 2, 64]`` iterates ``[..., 2, 64]``, where a value broadcast along
+    the 2 (stride 0) is addressable; adjacent axes merge again when every access allows."""
+    total = math.prod(int(s) for s in domain)
+    cuts = set()
+    for shape in [domain, *shapes]:
+        if math.prod(int(s) for s in shape) != total:
+            continue
+        acc = 1
+        for s in reversed(list(shape)):
+            acc *= int(s)
+            cuts.add(acc)
+    out, prev = [], 1
+    for c in sorted(cuts):
+        if c == 1:
+            continue
+        if c % prev:  # [6, 4] and [4, 6]: no common refinement
+            return list(domain)
+        out.append(c // prev)
+        prev = c
+    if not total or len(out) <= sum(1 for s in domain if int(s) != 1):
+        return list(domain)  # nothing finer than the domain: keep it (and its unit axes) as it is
+    return list(reversed(out))

@@ -89,7 +89,6 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     budget = kb.target.sbuf_bytes_per_partition * 19 // 20
     # rows staged for TensorE transposes are whole K rows (one contiguous DMA row per partition)
     KC = K
-    chunks = [(0, nk)]
     # transposes gathered per PSUM bank (one eviction of 512 columns instead of four of 128)
     grp = next((g for g in (4, 2) if K % KMAX == 0 and nk % g == 0), 1)
 
@@ -103,15 +102,16 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         stage = KC * esz if lhs_tr else 0
         if rtr:  # one evicted tile (and its epilogue's tiles) live per inner row step
             cols = nk * cw * esz + (cw // PMAX) * KC * esz + 2 * epi * cw
-        else:    # every row tile of the block is evicted in an unrolled sequence
-            cols = 2 * NMAX * esz + 2 * bm * epi * NMAX
+        else:    # row tiles are evicted in an unrolled sequence; each eviction's tiles return to
+            # the builder's pool before the next, so one eviction's worth is live at a time
+            cols = 2 * NMAX * esz + 2 * epi * NMAX
         return lhs + max(stage, cols)
     if rhs_tr:
         # W^T (nn.Linear): transposed once per (M block, column tile) and reused by every row tile of
         # the block, so the block is as tall as SBUF allows (transpose work ~ 128 / rows of block);
         # row tiles are an inner loop holding one PSUM bank each, so several accumulate in flight
         plans = [(bm, cw) for bm in (16, 8, 4, 2, 1) for cw in (512, 256, 128)
-                 if nm % bm == 0 and cw <= max(PMAX, ceil_div(N, PMAX) * PMAX)]
+                 if bm <= max(nm, 1) and cw <= max(PMAX, ceil_div(N, PMAX) * PMAX)]
         fit = [pc for pc in plans if sbuf_use(pc[0], pc[1], True) <= budget]
         if fit:
             bm, CW = fit[0]
@@ -123,7 +123,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         acc_banks = kb.target.psum_banks  # lhs transposes run before the column loop
         bm = 1
         for cand in (8, 4, 2, 1):
-            if nm % cand == 0 and cand <= acc_banks and sbuf_use(cand, CW, False) <= budget:
+            if cand <= nm and cand <= acc_banks and (sbuf_use(cand, CW, False) <= budget):
                 bm = cand
                 break
     if sbuf_use(bm, CW, rhs_tr) > budget:
@@ -132,13 +132,11 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     if not rhs_tr and lhs_tr == (sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1 and M > 1):
         # a K x 512 rhs column tile resident in SBUF lets row tiles run as an inner loop with one
         # PSUM bank each (several accumulation groups in flight) when the M block stays as tall
-        for cand in (16, 8, 4, 2, 1):
-            if nm % cand == 0 and cand >= bm and sbuf_use(cand, NMAX, True) - (NMAX // PMAX) * KC * esz \
-                    <= budget:
+        for cand in (32, 16, 8, 4, 2, 1):
+            if cand <= max(nm, 1) and cand >= bm and \
+                    sbuf_use(cand, NMAX, True) - (NMAX // PMAX) * KC * esz <= budget:
                 bm, rhs_res = cand, True
                 break
-    BM = bm * PMAX
-    nmb = nm // bm
     # n tiles sharing one rhs DMA: 2 x 512 columns make 2 KiB rows (nki.md §5.4) and, with 4 m
     # tiles, 8 matmuls per k step, enough to hide a DMA's fixed cost; PSUM holds bm * nw groups
     nw = 2 if (not rhs_tr and nn % 2 == 0 and 2 * bm <= kb.target.psum_banks
@@ -155,9 +153,12 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     def krows_of(kk):
         return sympy.Min(KMAX, K - KMAX * kk) if (K % KMAX and nk > 1) else sympy.Integer(min(K, KMAX))
 
-    def lhs_col(i, kk):
-        # lhs^T block layout: row tile i, k tile kk -> columns [(i*nk + kk)*128, +128)
-        return (i * nk + kk) * PMAX
+    def lhs_col(i, kk, nb: int):
+        # lhs^T block layout of a block of nb row tiles. TensorE-transposed: row tile i, k tile kk ->
+        # columns [(i*nk + kk)*128, +128) (one PSUM bank gathers consecutive k tiles of a row tile).
+        # Loaded directly: [(kk*nb + i)*128, +128), so one DMA per k tile fills the whole block with
+        # nb*128 contiguous elements per partition instead of nb descriptors of 128.
+        return (i * nk + kk) * PMAX if lhs_tr else (kk * nb + i) * PMAX
 
     def stage_rows(stages: list, src: Source, bvars, rank: int, row_ax: int, col_ax: int,
                    row_specs: list, q0: int, qn: int) -> None:
@@ -190,23 +191,22 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
             kb.copy(engine, TileRegion(dst, (0, dst_col(kk0)), (krows, width)), tp.region(krows, width))
             kb.release(tp)
 
-    def load_lhsT(lhsT, mb, bvars) -> None:
+    def load_lhsT(lhsT, m0, nb: int, bvars) -> None:
         if lhs_tr:
-            with lw._loop(bm, "affine", "li") as i:
-                mt = mb * bm + i
+            with lw._loop(nb, "affine", "li") as i:
+                mt = m0 + i
                 rows = sub_rows(mt)
                 st = kb.tile((PMAX, KC), in_dt, prefix="lhs_rows")
                 stage_rows([st], sa, bvars, ra, ra - 2, ra - 1, [(PMAX * mt, rows)], 0, nk)
-                transpose_chunk([st], [rows], 0, nk, lhsT, lambda kk: lhs_col(i, kk), grp, "vector")
+                transpose_chunk([st], [rows], 0, nk, lhsT, lambda kk: lhs_col(i, kk, nb), grp, "vector")
             return
-        for i in range(bm):
-            mt = mb * bm + i
-            rows = sub_rows(mt)
-            with lw._loop(nk, "affine", "kl") as kk:
-                krows = krows_of(kk)
-                kb.dma(TileRegion(lhsT, (0, lhs_col(i, kk)), (krows, rows)),
-                       _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
-                                KMAX * kk, krows, PMAX * mt, rows))
+        # the block's rows [m0*128, +width) of every k row in one DMA per k tile
+        width = sympy.Min(nb * PMAX, M - PMAX * m0) if M % PMAX else sympy.Integer(nb * PMAX)
+        with lw._loop(nk, "affine", "kl") as kk:
+            krows = krows_of(kk)
+            kb.dma(TileRegion(lhsT, (0, lhs_col(0, kk, nb)), (krows, width)),
+                   _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
+                            KMAX * kk, krows, PMAX * m0, width))
 
     def evict(acc, mt, rows, fcv, cw) -> None:
         lw.ip = mt
@@ -219,7 +219,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         lw.vals = {mm: TVal("full", resr)}
         lw._eval(accs={})
 
-    def columns_resident(lhsT, mb, bvars, direct: bool) -> None:
+    def columns_resident(lhsT, m0, nb: int, bvars, direct: bool) -> None:
         ncw = ceil_div(N, CW)
         nsub = CW // PMAX
         with lw._loop(ncw, "affine", "n") as jn:
@@ -242,50 +242,61 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                 sts = [kb.tile((PMAX, KC), in_dt, prefix="rhs_rows") for _ in subs]
                 stage_rows(sts, sb, bvars, rb, rb - 1, rb - 2, subs, 0, nk)
                 transpose_chunk(sts, [n for _, n in subs], 0, nk, rhsT, lambda kk: kk * CW, 1, "scalar")
-            with lw._loop(bm, "affine", "mi") as i:
-                mt = mb * bm + i
+            with lw._loop(nb, "affine", "mi") as i:
+                mt = m0 + i
                 rows = sub_rows(mt)
                 acc = kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc")
                 with lw._loop(nk, "affine", "k") as kk:
                     krows = krows_of(kk)
                     kb.instr("tensor", "nc_matmul", acc.region(rows, cols),
-                             {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk)), (krows, rows)),
+                             {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
                               "moving": TileRegion(rhsT, (0, kk * CW), (krows, cols))},
                              accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
                 evict(acc, mt, rows, jn, cols)
 
     def tiles(bvars):
-        with lw._loop(nmb, "affine", "mb") as mb:
-            # -- lhs^T of the whole M block, all of K, loaded once
-            lhsT = kb.tile((KMAX, nk * BM), in_dt, prefix="lhsT")
-            load_lhsT(lhsT, mb, bvars)
-            if rhs_tr or rhs_res:
-                columns_resident(lhsT, mb, bvars, direct=not rhs_tr)
-                return
-            with lw._loop(nn // nw, "affine", "n") as jn:
-                def cols_of(jt):
-                    return sympy.Min(NMAX, N - NMAX * jt) if (N % NMAX and nn > 1) else sympy.Integer(min(N, NMAX))
-                cols = cols_of(jn) if nw == 1 else (
-                    sympy.Min(nw * NMAX, N - nw * NMAX * jn) if N % NMAX else sympy.Integer(nw * NMAX))
-                accs = [kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc") for _ in range(bm * nw)]
-                with lw._loop(nk, "affine", "k") as kk:
-                    krows = krows_of(kk)
-                    rhs_t = kb.tile((KMAX, nw * lw.fc), in_dt, prefix="rhs")
-                    rhs_r = rhs_t.region(krows, cols)
-                    kb.dma(rhs_r, _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
-                                           KMAX * kk, krows, nw * NMAX * jn, cols))
-                    for i in range(bm):
-                        rows = sub_rows(mb * bm + i)
-                        for w in range(nw):
-                            cw = cols if nw == 1 else cols_of(jn * nw + w)
-                            kb.instr("tensor", "nc_matmul", accs[i * nw + w].region(rows, cw),
-                                     {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk)), (krows, rows)),
-                                      "moving": TileRegion(rhs_t, (0, w * NMAX), (krows, cw))},
-                                     accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
-                for i in range(bm):
+        # blocks of bm row tiles, then one ragged block of the rest: a tile count with no good
+        # divisor (86 = 2 x 43 for 11008 rows) keeps tall blocks and so few passes over the rhs
+        full, tail = divmod(nm, bm)
+        if full:
+            with lw._loop(full, "affine", "mb") as mb:
+                block(bvars, mb * bm, bm)
+        if tail:  # a scope of its own, so its tiles are not live beside the full blocks'
+            with kb.loop(1, "affine", "mt"):
+                block(bvars, sympy.Integer(full * bm), tail)
+
+    def block(bvars, m0, nb: int):
+        """Row tiles [m0, m0 + nb): the lhs^T of the block, all of K, loaded once; every column
+        tile of the output."""
+        lhsT = kb.tile((KMAX, nk * nb * PMAX), in_dt, prefix="lhsT")
+        load_lhsT(lhsT, m0, nb, bvars)
+        if rhs_tr or rhs_res:
+            columns_resident(lhsT, m0, nb, bvars, direct=not rhs_tr)
+            return
+        with lw._loop(nn // nw, "affine", "n") as jn:
+            def cols_of(jt):
+                return sympy.Min(NMAX, N - NMAX * jt) if (N % NMAX and nn > 1) else sympy.Integer(min(N, NMAX))
+            cols = cols_of(jn) if nw == 1 else (
+                sympy.Min(nw * NMAX, N - nw * NMAX * jn) if N % NMAX else sympy.Integer(nw * NMAX))
+            accs = [kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc") for _ in range(nb * nw)]
+            with lw._loop(nk, "affine", "k") as kk:
+                krows = krows_of(kk)
+                rhs_t = kb.tile((KMAX, nw * lw.fc), in_dt, prefix="rhs")
+                rhs_r = rhs_t.region(krows, cols)
+                kb.dma(rhs_r, _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
+                                       KMAX * kk, krows, nw * NMAX * jn, cols))
+                for i in range(nb):
+                    rows = sub_rows(m0 + i)
                     for w in range(nw):
-                        evict(accs[i * nw + w], mb * bm + i, sub_rows(mb * bm + i), jn * nw + w,
-                              cols if nw == 1 else cols_of(jn * nw + w))
+                        cw = cols if nw == 1 else cols_of(jn * nw + w)
+                        kb.instr("tensor", "nc_matmul", accs[i * nw + w].region(rows, cw),
+                                 {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
+                                  "moving": TileRegion(rhs_t, (0, w * NMAX), (krows, cw))},
+                                 accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
+            for i in range(nb):
+                for w in range(nw):
+                    evict(accs[i * nw + w], m0 + i, sub_rows(m0 + i), jn * nw + w,
+                          cols if nw == 1 else cols_of(jn * nw + w))
 
     batch_loops(0, [])
 

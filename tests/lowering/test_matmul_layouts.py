@@ -42,3 +42,12 @@ def test_transposed_lhs_view_and_bmm():
     check_cases(lambda x, y: x.t() @ y, [(randn((200, 130)), randn((200, 520)))], grad=True, **F32_TOL)
     check_cases(lambda x, y: torch.bmm(x, y) * 0.5, [(randn((3, 70, 150)), randn((3, 150, 90)))],
                 grad=True, **F32_TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_grad_ragged_blocks(dtype):
+    # dW = dY^T @ X shapes: 710 rows are 6 row tiles (the last 70 rows), blocked as 4 + a ragged
+    # block of 2; the block's lhs^T arrives in one DMA per k tile whose last rows are partial
+    cases = [(randn((150, 710), dtype, seed=3), randn((150, 300), dtype, seed=4)),
+             (randn((260, 390), dtype, seed=5), randn((260, 520), dtype, seed=6))]
+    check_cases(lambda g, x: g.t() @ x, cases, grad=True, **_tol(dtype))

@@ -17,12 +17,16 @@ from neuron_inductor.target import get_target
 BF16 = torch.bfloat16
 
 
-def modelled_mfu(fn, shapes, target: str) -> float:
+def modelled_cost(fn, shapes, target: str):
     args = [torch.empty(s, dtype=BF16, device="meta") for s in shapes]
     gm = make_fx(lambda *a: (fn(*a),), tracing_mode="fake")(*args)
     lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target=target, cache=False), "perf")
     (k,) = [k for k in lg.program.kernels if "mm" in k.name]
-    return estimate_program([k], get_target(target)).kernels[0].mfu
+    return estimate_program([k], get_target(target)).kernels[0]
+
+
+def modelled_mfu(fn, shapes, target: str) -> float:
+    return modelled_cost(fn, shapes, target).mfu
 
 
 # Llama-7B layer, 2048 tokens: forward x @ W^T (both operands transposed on TensorE) and the
@@ -50,3 +54,28 @@ def test_llama_forward_linears_target(sx, sw):
     # SBUF allows (16 row tiles for K=4096, 4 for K=11008: ~87/89/77%); it was redone with every
     # block of 1-4 rows and every PSUM group held 8 banks (28-39%)
     assert modelled_mfu(lambda x, w: x @ w.t(), [sx, sw], "trn2") >= 0.70
+
+
+@pytest.mark.parametrize("rows", [11008, 12288], ids=["mlp", "qkv"])
+def test_weight_grad_reads_x_few_times(rows):
+    # dW = dY^T @ X with dY^T [rows, 2048]: 11008 rows are 86 row tiles (2 x 43), which once forced
+    # M blocks of 2 tiles and so 43 passes over X (857 MB, 5.6x the kernel's minimum, 81% of DMA
+    # bytes in 256-byte descriptors). Blocks of 32 tiles with a ragged last block, and the block's
+    # lhs^T loaded in one DMA per k tile, read X 3 times: <= 1.3x minimum, < 25% small descriptors.
+    k = modelled_cost(lambda g, x: g.t() @ x, [(2048, rows), (2048, 4096)], "trn2")
+    assert k.hbm_bytes <= 1.3 * k.min_hbm_bytes
+    assert k.small_dma_share < 0.25
+    assert k.mfu >= 0.80
+
+
+@pytest.mark.parametrize("k_dim", [11008, 12288], ids=["down", "qkv"])
+def test_input_grad_with_epilogue_blocks_of_four(k_dim):
+    # dX = dY @ W with a fused epilogue (the residual add / casts of the backward graph): with one
+    # eviction's epilogue tiles live at a time, M blocks are 4 row tiles tall and W is read 4
+    # times, not 8 (884-956 MB, 3.7-4.1x minimum)
+    def fn(g, w, r, nw, rs, dy):  # RMSNorm backward's input-side terms, as the layer's graph has them
+        y = (r + (g @ w).view(1, 2048, 4096)) * nw
+        return dy + (y.float() * rs).to(BF16)
+    k = modelled_cost(fn, [(2048, k_dim), (k_dim, 4096), (1, 2048, 4096), (4096,), (1, 2048, 1),
+                           (1, 2048, 4096)], "trn2")
+    assert k.hbm_bytes <= 2.75 * k.min_hbm_bytes  # 8 passes over W: 4.5-4.8x
