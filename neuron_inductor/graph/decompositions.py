@@ -349,6 +349,10 @@ def decomposition_table() -> dict:
     table.update(_own)
     from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
     from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls
+    from .group_norm import DECOMPOSITIONS as group_norm
+    from .resample import DECOMPOSITIONS as resample  # nearest upsampling as index_selects
     table.update(conv)
     table.update(scan)
+    table.update(group_norm)
+    table.update(resample)
     return table
