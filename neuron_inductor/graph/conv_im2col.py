@@ -28,10 +28,11 @@ aten = torch.ops.aten
 
 
 def supported(x: torch.Tensor, weight: torch.Tensor, padding, dilation, transposed, groups) -> bool:
-    """The cases these decompositions take (2-D, ungrouped, not transposed, padding < extent)."""
+    """The cases these decompositions take (2-D, ungrouped, not transposed, padding < extent,
+    non-empty: an empty batch is the empty-graph pass's or a fallback's)."""
     if x.dim() != 4 or weight.dim() != 4 or transposed or groups != 1:
         return False
-    if not x.is_floating_point():
+    if not x.is_floating_point() or x.numel() == 0 or weight.numel() == 0:
         return False
     ext = [d * (k - 1) + 1 for d, k in zip(dilation, weight.shape[2:])]
     return all(0 <= p < e for p, e in zip(padding, ext))

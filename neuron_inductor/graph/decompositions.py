@@ -347,7 +347,7 @@ def decomposition_table() -> dict:
         table.pop(op, None)
     table.update(GATHER_DECOMPOSITIONS)
     table.update(_own)
-    from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
+    from .conv import DECOMPOSITIONS as conv  # 2-D convolutions as matmuls (patch / im2col)
     from .scan import DECOMPOSITIONS as scan  # prefix counts of 0/1 tensors as matmuls
     from .group_norm import DECOMPOSITIONS as group_norm
     from .resample import DECOMPOSITIONS as resample  # nearest upsampling as index_selects

@@ -55,3 +55,9 @@ def test_padding_wider_than_the_kernel_is_a_declared_fallback():
     nic.reset_counters()
     check(lambda x, w: F.conv2d(x, w, padding=3), x, w)
     assert nic.fallback_ops["aten.convolution.default"] == 1
+
+
+def test_empty_batch_matches_eager():
+    x, w = torch.randn(0, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    out = check(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+    assert out.shape == (0, 3, 5, 5)
