@@ -4,7 +4,7 @@ A convolution with kernel ``kh x kw``, stride, padding and dilation reads, for e
 ``kh * kw`` shifted (and strided) windows of the zero-padded image. Stacking those windows gives the
 rows ``[B * Ho * Wo, C * kh * kw]`` (im2col); the output is one matmul of the rows with the weight
 viewed as ``[O, C * kh * kw]``, which TensorE runs like any linear layer. The image is padded
-in NHWC layout (one copy), the windows are a strided view of it (``unfold``), and one more copy lays
+in NHWC layout (one copy), the windows are a strided view of it (``as_strided``), and one more copy lays
 out the rows, moving contiguous runs of ``kw * C`` elements. The rows take ``kh * kw`` times the
 input's memory, the price of one large matmul instead of ``kh * kw`` small ones (and of a handful of
 kernels per convolution, which keeps compile time low).
@@ -51,16 +51,16 @@ def _nhwc_padded(x: torch.Tensor, ph: int, pw: int) -> torch.Tensor:
 
 
 def _rows(xp: torch.Tensor, kh: int, kw: int, stride, dilation, ho: int, wo: int) -> torch.Tensor:
-    """``xp`` [B, Hp, Wp, C] (padded, NHWC) -> im2col rows [B*Ho*Wo, kh*kw*C], columns ordered
-    (tap, channel). In NHWC a window row is one contiguous run of ``kw * C`` elements, so the copy
-    that lays the rows out moves long runs. Undilated windows are an ``unfold`` view per axis;
-    dilated ones are stacked tap by tap."""
+    """``xp`` [B, Hp, Wp, C] (padded, contiguous NHWC) -> im2col rows [B*Ho*Wo, kh*kw*C], columns
+    ordered (tap, channel). In NHWC a window row is one contiguous run of ``kw * C`` elements, so the
+    copy that lays the rows out moves long runs. Undilated windows are one ``as_strided`` view of
+    ``xp``; dilated ones are stacked tap by tap."""
     (sh, sw), (dh, dw) = stride, dilation
     b, c = xp.shape[0], xp.shape[3]
     if dh == 1 and dw == 1:
-        win = aten.unfold.default(aten.unfold.default(xp, 1, kh, sh), 2, kw, sw)  # [B, Ho, Wo, C, kh, kw]
-        win = aten.slice.Tensor(aten.slice.Tensor(win, 1, 0, ho), 2, 0, wo)
-        cols = aten.permute.default(win, [0, 1, 2, 4, 5, 3])
+        hp, wp = xp.shape[1], xp.shape[2]
+        cols = aten.as_strided.default(xp, [b, ho, wo, kh, kw, c],
+                                       [hp * wp * c, sh * wp * c, sw * c, wp * c, c, 1])
     else:
         taps = []
         for i in range(kh):
