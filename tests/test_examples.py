@@ -42,6 +42,7 @@ def test_distributed_example_smoke(tmp_path):
 
 #: Hugging Face stack examples: the packages each needs, and the line it prints when its own checks pass
 HF_STACK = {
+    "diffusers_sampling.py": (("diffusers",), "diffusers models match eager: sampling and training"),
     "nki_vit_mlp.py": (("transformers",), "matches eager: forward and every gradient"),
     "peft_lora.py": (("transformers", "accelerate", "peft"), "merged-adapter inference matches eager"),
     "sft_packing.py": (("transformers", "trl", "datasets"), "packed training ran with static shapes"),

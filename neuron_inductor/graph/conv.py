@@ -1,14 +1,20 @@
-"""Patch-embedding convolutions as matmuls (forward and backward decompositions).
+"""2-D convolutions as matmuls (forward and backward decompositions).
 
 A 2-D convolution whose stride equals its kernel size, with no padding, dilation or groups — the
-patch embedding of every vision transformer (ViT, DeiT, CLIP, DiT) — reads each input pixel once:
-it is a reshape of the image into patch rows ``[B * Ho * Wo, C * kh * kw]`` and one matmul with the
-weight viewed as ``[O, C * kh * kw]``, which TensorE runs as any linear layer. The backward is the
-same two views and two matmuls. Other convolutions are left alone (``NotImplemented``).
+patch embedding of every vision transformer (ViT, DeiT, CLIP, DiT) and every 1x1 convolution — reads
+each input pixel once: it is a reshape of the image into patch rows ``[B * Ho * Wo, C * kh * kw]`` and
+one matmul with the weight viewed as ``[O, C * kh * kw]``, which TensorE runs as any linear layer.
+The backward is the same two views and two matmuls.
+
+Any other ungrouped 2-D convolution (the 3x3, padding 1, stride 1 or 2 convolutions of a diffusion
+UNet) is an im2col matmul (conv_im2col.py). Grouped and transposed convolutions are left alone
+(``NotImplemented``: a declared fallback).
 """
 from __future__ import annotations
 
 import torch
+
+from . import conv_im2col as im2col
 
 aten = torch.ops.aten
 
@@ -36,7 +42,8 @@ def _patch_rows(x: torch.Tensor, kh: int, kw: int) -> tuple[torch.Tensor, int, i
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     if x.dim() != 4 or not _patchify(stride, padding, dilation, transposed, output_padding, groups,
                                      weight.shape[2:]):
-        return NotImplemented
+        return im2col.convolution(x, weight, bias, stride, padding, dilation, transposed,
+                                  output_padding, groups)
     o, _, kh, kw = weight.shape
     rows, ho, wo = _patch_rows(x, kh, kw)
     out = aten.mm.default(rows, aten.permute.default(aten.reshape.default(weight, [o, -1]), [1, 0]))
@@ -50,7 +57,8 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
                          output_padding, groups, output_mask):
     if x.dim() != 4 or not _patchify(stride, padding, dilation, transposed, output_padding, groups,
                                      weight.shape[2:]):
-        return NotImplemented
+        return im2col.convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
+                                           transposed, output_padding, groups, output_mask)
     o, c, kh, kw = weight.shape
     b, _, h, w = x.shape
     ho, wo = grad_out.shape[2], grad_out.shape[3]

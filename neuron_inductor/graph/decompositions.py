@@ -362,6 +362,10 @@ def decomposition_table() -> dict:
     table.update(SELECT_DECOMPOSITIONS)
     table.update(RANDOM_DECOMPOSITIONS)
     table.update(_own)
-    from .conv import DECOMPOSITIONS as conv  # patch-embedding convolutions as matmuls
+    from .conv import DECOMPOSITIONS as conv  # 2-D convolutions as matmuls (patch / im2col)
+    from .group_norm import DECOMPOSITIONS as group_norm
+    from .resample import DECOMPOSITIONS as resample  # nearest upsampling as index_selects
     table.update(conv)
+    table.update(group_norm)
+    table.update(resample)
     return table

@@ -25,9 +25,10 @@ def test_patchify_conv_matches_eager_with_no_fallback(shape, kernel, bias):
     assert not nic.fallback_ops
 
 
-def test_other_convolutions_are_not_rewritten():
-    """A padded 3x3 conv is not a patch embedding: it stays an (eager) declared fallback."""
-    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+def test_grouped_convolutions_are_a_declared_fallback():
+    """A grouped conv is neither a patch embedding nor an im2col matmul: an (eager) declared fallback.
+    (Padded and strided ungrouped convs are tests/graph/test_conv_im2col.py.)"""
+    x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 2, 3, 3)
     nic.reset_counters()
-    check(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+    check(lambda x, w: F.conv2d(x, w, padding=1, groups=2), x, w)
     assert nic.fallback_ops["aten.convolution.default"] == 1
