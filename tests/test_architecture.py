@@ -55,7 +55,7 @@ ALLOWED_EDGES: set[tuple[str, str]] = set()
 #: files over MAX_LINES lines, with their current length (shrink only)
 MAX_LINES = 600
 LONG_FILES: dict[str, int] = {
-    "neuron_inductor/lowering/fused.py": 730,  # until the tile plan is split from the emitters
+    "neuron_inductor/lowering/fused.py": 725,  # until the tile plan is split from the emitters
     "neuron_inductor/lowering/indexing.py": 616,
 }
 

@@ -177,3 +177,56 @@ GATHER_DECOMPOSITIONS = {
     aten.scatter_add.default: scatter_add,
     aten.scatter.src: scatter_src,
 }
+
+
+def index_put_accumulate(x: torch.Tensor, indices, values: torch.Tensor, accumulate: bool = False):
+    """``x.index_put_([idx], v, accumulate=True)`` on dim 0 (the backward of a row gather) as
+    ``x + onehot(idx)^T @ v``: a TensorE matmul in which duplicate rows add up, instead of a
+    read-modify-write scatter. An index on a later dim (``[None, idx]``: index_select's backward
+    along dim 1) is the same with that dim moved to the front."""
+    if not accumulate:
+        return _masked_fill(x, indices, values)
+    k = len(indices) - 1
+    if not indices or any(i is not None for i in indices[:-1]) or indices[-1] is None \
+            or indices[-1].dtype not in (torch.int64, torch.int32) or not x.is_floating_point() \
+            or k >= x.dim():
+        return NotImplemented
+    if k:
+        idx = indices[-1]
+        # values broadcast against x[:, ..., idx, ...]: dims before k, idx's dims, the rest
+        target = list(x.shape[:k]) + list(idx.shape) + list(x.shape[k + 1:])
+        vals = aten.expand.default(values, target)
+        ni = idx.dim()
+        perm = list(range(k, k + ni)) + list(range(k)) + list(range(k + ni, len(target)))
+        xm = aten.permute.default(x, [k] + list(range(k)) + list(range(k + 1, x.dim())))
+        out = index_put_accumulate(xm, [idx], aten.permute.default(vals, perm), True)
+        if out is NotImplemented:
+            return out
+        back = list(range(1, k + 1)) + [0] + list(range(k + 1, x.dim()))
+        return aten.permute.default(out, back)
+    idx = indices[0]
+    rows, rest = x.shape[0], list(x.shape[1:])
+    width = 1
+    for s in rest:
+        width *= s
+    flat = aten.view.default(idx, [-1, 1])
+    flat = aten.where.self(aten.lt.Scalar(flat, 0), aten.add.Tensor(flat, rows), flat)
+    iota = aten.arange.start_step(0, rows, 1, dtype=torch.int64, device=x.device)
+    onehot = aten._to_copy.default(aten.eq.Tensor(flat, iota), dtype=x.dtype)
+    vals = aten.expand.default(values, list(idx.shape) + rest)
+    vals = torch.ops.aten.reshape.default(vals, [-1, width])
+    upd = aten.mm.default(aten.permute.default(onehot, [1, 0]), vals)
+    return aten.add.Tensor(x, aten.view.default(upd, [rows] + rest))
+
+
+def _masked_fill(x: torch.Tensor, indices, values: torch.Tensor):
+    """``x[mask] = v`` with one bool mask over x's leading dims and a single value (tensor-parallel
+    embeddings zero the rows of ids outside their shard this way) as a ``where``."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype != torch.bool:
+        return NotImplemented
+    mask = indices[0]
+    if values.numel() != 1 or tuple(mask.shape) != tuple(x.shape[:mask.dim()]):
+        return NotImplemented
+    mask = aten.view.default(mask, list(mask.shape) + [1] * (x.dim() - mask.dim()))
+    value = aten._to_copy.default(aten.view.default(values, []), dtype=x.dtype)
+    return aten.where.self(mask, value, x)

@@ -5,7 +5,7 @@ autograd) into ``_unsafe_index(x, [None, None, ih[:, None], iw])`` with computed
 and columns ``iw``: an outer-product gather on the trailing axes, whose index values are unknown while
 tracing. Because each index varies along its own axis only, the gather is one ``index_select`` per
 indexed axis (an indirect DMA gather each), and its backward, ``_unsafe_index_put(zeros, ...,
-accumulate=True)``, is one one-hot matmul per axis (decompositions.index_put_accumulate, where
+accumulate=True)``, is one one-hot matmul per axis (decompositions_gather.index_put_accumulate, where
 duplicate sources add up on TensorE). Index patterns that are not separable keep torch's meaning
 through ``index`` / ``index_put``.
 """
@@ -53,7 +53,7 @@ def unsafe_index(x: torch.Tensor, indices):
 
 
 def unsafe_index_put(x: torch.Tensor, indices, values: torch.Tensor, accumulate: bool = False):
-    from .decompositions import index_put_accumulate
+    from .decompositions_gather import index_put_accumulate
     sep = _separable(x, indices) if accumulate and x.is_floating_point() else None
     if sep is None:
         return aten.index_put.default(x, indices, values, accumulate)

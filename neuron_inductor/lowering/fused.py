@@ -22,7 +22,6 @@ TensorE, so each HBM byte is read once per kernel.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import sympy
@@ -35,7 +34,8 @@ from .builder import KernelBuilder, TVal, ceil_div
 from .fused_ctx import _Ctx  # noqa: F401  (matmul builds one for its epilogue)
 from .fused_group import (FusedGroup, Source, _contig, _restore, _snapshot, _split_rows, col_pair,  # noqa: F401
                           last_axis, reduce_dims, sbuf_peak)
-from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, refine_domain, word_scale)
+from .fused_plan import plan_variants
+from .layout import (LoweringError, domain_strides, hw_dtype, merge_dims, word_scale)
 from .partition_ops import FLOATS, ColumnSums, broadcast_partitions
 from .pointwise import copy, scalar_op, tile_dtype
 from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
@@ -707,39 +707,19 @@ class _FusedLowering:
 def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
                 out_tensors: dict, out_meta: dict, free_chunk: int) -> None:
     """Emit the kernel body for ``group`` into ``kb``. ``out_tensors[n]`` are the HBM outputs."""
-    lw = None
-    R0 = frozenset(group.reduce_axes)
-    if R0 and 0 not in group.domain and not getattr(group, "col_axes", None) \
-            and last_axis(group.domain) not in R0 \
-            and col_pair(group.domain, frozenset(), R0) \
-            and all(REDUCTIONS[n.target][0] == "add" and n.meta["val"].dtype.is_floating_point
-                    for n in group.nodes if n.target in REDUCTIONS):
-        # sums over leading axes only: row tiles keep the contiguous axis on the free side and the
-        # sums run over partitions, instead of reading the tensor transposed element by element
+    *preferred, (last, kw) = plan_variants(group)
+    for g, pkw in preferred:
         snap = _snapshot(kb)
         try:
-            lw = _FusedLowering(group, sources, kb, free_chunk, R0=set(), C0=set(R0))
-            lw.out_tensors, lw.out_meta = out_tensors, out_meta
-            lw.plan()
-            lw.emit()
-            return
+            return _emit(g, sources, kb, out_tensors, out_meta, free_chunk, pkw)
         except LoweringError:
             _restore(kb, snap)
-    if not group.reduce_axes and not getattr(group, "col_axes", ()):
-        fine = refine_domain(group.domain, [n.meta["val"].shape for n in group.nodes
-                                            if isinstance(n.meta.get("val"), torch.Tensor)])
-        if fine != list(group.domain):
-            snap = _snapshot(kb)
-            try:
-                lw = _FusedLowering(dataclasses.replace(group, domain=tuple(fine)), sources, kb,
-                                    free_chunk)
-                lw.out_tensors, lw.out_meta = out_tensors, out_meta
-                lw.plan()
-                lw.emit()
-                return
-            except LoweringError:
-                _restore(kb, snap)
-    lw = _FusedLowering(group, sources, kb, free_chunk)
+    _emit(last, sources, kb, out_tensors, out_meta, free_chunk, kw)
+
+
+def _emit(group: FusedGroup, sources, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+          free_chunk: int, kw: dict) -> None:
+    lw = _FusedLowering(group, sources, kb, free_chunk, **kw)
     lw.out_tensors, lw.out_meta = out_tensors, out_meta
     lw.plan()
     lw.emit()
