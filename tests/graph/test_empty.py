@@ -58,9 +58,9 @@ def test_empty_result_still_fine():
     _check(lambda x: (x[:, 3:3] * 2, x + 1), torch.randn(4, 6))
 
 
-def test_other_op_with_empty_operand_is_a_declared_fallback():
-    """No rule for addmm with an empty contraction: the lowering refuses it (a declared, counted
-    fallback with the right answer) instead of handing a kernel an empty tensor."""
+def test_addmm_with_empty_contraction_folds_to_its_bias():
+    """addmm over an empty contraction is its bias, broadcast: folded before lowering (no kernel
+    gets an empty tensor, nothing falls back) with eager's answer."""
     from neuron_inductor import stats
     torch._dynamo.reset()
     stats.reset("compile", "fallback_ops")
@@ -68,6 +68,8 @@ def test_other_op_with_empty_operand_is_a_declared_fallback():
     args = (torch.randn(9), torch.randn(5, 4), torch.randn(4, 9))
     got = torch.compile(fn, backend="neuron", options={"fallback": "silent", "cache": False})(*args)
     torch.testing.assert_close(got, fn(*args))
+    assert not stats.fallback_ops(), stats.fallback_ops()
+    assert stats.compiled()["graphs_compiled"] == 1
 
 
 def test_cat_of_empty_and_transposed_piece_keeps_the_consumers_layout():
