@@ -70,11 +70,11 @@ def test_cache_show_cost_prints_table(entry):
 
 
 def test_pricing_failure_never_fails_compile(monkeypatch):
-    from neuron_inductor import compile as comp
+    from neuron_inductor import pipeline
     from neuron_inductor.config import get_config
     from neuron_inductor.costmodel import model
 
     def boom(*a, **k):
         raise RuntimeError("no price")
     monkeypatch.setattr(model, "estimate_program", boom)
-    assert comp._model_cost([], get_config()) == {"error": "RuntimeError: no price"}
+    assert pipeline._model_cost([], get_config()) == {"error": "RuntimeError: no price"}
