@@ -83,6 +83,8 @@ def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
     if isinstance(dims, int):
         dims = [dims]
     keep = args[1] if len(args) > 1 else kw.get("keepdim", False)
+    if x.dim() == 0:  # dim 0 / -1 of a 0-d tensor names the tensor itself: nothing is reduced
+        return [], bool(keep)
     return sorted({d % nd for d in dims}), bool(keep)
 
 

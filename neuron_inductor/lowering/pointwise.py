@@ -15,6 +15,7 @@ import operator
 import torch
 
 from . import integers
+from ..spec.instrs import PREDICATE_DTYPES
 from .builder import FLOAT_DTYPES, TVal
 from .registry import REDUCTIONS, register_pointwise
 
@@ -457,7 +458,9 @@ def _where(ctx, node, cond, a, b):
     if cond.kind == "scalar":
         return a if cond.scalar else b
     kind = "full" if "full" in (cond.kind, a.kind, b.kind) else "row"
-    pred = cond if cond.kind == kind else copy(ctx, cond, "uint8", kind)
+    # the predicate must be an unsigned integer tile (tensor_copy_predicated's dtype rule); a bool
+    # computed by a reduction (``any``) is carried in float32
+    pred = cond if cond.kind == kind and cond.dtype in PREDICATE_DTYPES else copy(ctx, cond, "uint8", kind)
     if a.hi is not None or b.hi is not None:  # int64 words: select both
         return integers.select(ctx, pred.region, a, b, kind)
     out = copy(ctx, b, dt, kind)

@@ -1,0 +1,142 @@
+"""PyTorch's OpInfo database through ``backend="neuron"``: every sample of an op, eager vs compiled,
+forward and gradients.
+
+An OpInfo sample is one call of an op with inputs ``torch.testing`` builds to reach its corners
+(scalars, empty tensors, broadcasting, non-contiguous views, negative dims, extreme integers). The
+tensors of a sample become the compiled function's inputs (not constants baked into the graph), so
+each sample compiles the op as a user's program would. Outcomes are those of
+:mod:`tests.fuzz.diff`: ``ok``, ``fallback`` (right numbers, some op declared as a host call),
+``invalid`` (eager itself refuses the sample, or the op is random / uninitialised, which no
+comparison can judge), and the failures ``compile-error``, ``sim-error``, ``error``, ``wrong-fwd``,
+``wrong-grad``. A whole graph sent to eager after a compiler exception counts as ``graph-fallback``:
+the numbers are right and the user was warned, but it is a compiler bug to fix.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch.utils import _pytree as pytree
+
+from tests.fuzz.diff import Outcome, _close
+
+#: ops whose result is random or uninitialised: eager and compiled legitimately differ
+UNJUDGEABLE = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
+               "cauchy", "geometric", "log_normal", "empty", "randint", "randn", "new_empty",
+               "nn.functional.feature_alpha_dropout", "nn.functional.alpha_dropout")
+
+
+@dataclass
+class Case:
+    """One OpInfo sample as a program: ``fn(*tensors)`` calls the op."""
+
+    op: str
+    index: int
+    dtype: torch.dtype
+    tensors: list[torch.Tensor]
+    fn: Any
+    noisy: bool
+
+    def describe(self) -> str:
+        shapes = ", ".join(f"{list(t.shape)}:{str(t.dtype).replace('torch.', '')}" for t in self.tensors)
+        return f"{self.op}[{self.index}] {str(self.dtype).replace('torch.', '')} ({shapes})"
+
+
+def _judgeable(name: str) -> bool:
+    return not any(name == u or name.startswith(u + "_") or name.startswith(u + ".") or u in name.split(".")
+                   for u in UNJUDGEABLE) and "rand" not in name and "empty" not in name
+
+
+def cases(op, dtype: torch.dtype, grad: bool, limit: int) -> Iterator[Case]:
+    """The first ``limit`` samples of ``op`` in ``dtype`` (none when the op does not support it)."""
+    if not _judgeable(op.name) or op.name.startswith(("sparse", "_refs")) or dtype not in op.supported_dtypes("cpu"):
+        return
+    grad = grad and op.supports_autograd and (dtype.is_floating_point or dtype.is_complex)
+    try:
+        samples = op.sample_inputs("cpu", dtype, requires_grad=grad)
+    except Exception:  # noqa: BLE001 - an OpInfo that cannot build samples on this build is skipped
+        return
+    for i, s in enumerate(itertools.islice(samples, limit)):
+        leaves, spec = pytree.tree_flatten((s.input, s.args, s.kwargs))
+        if any(isinstance(v, torch.Tensor) and v.layout != torch.strided for v in leaves):
+            continue  # sparse and nested layouts are not compiled by this backend
+        slots = [k for k, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+
+        def fn(*ts, _leaves=leaves, _spec=spec, _slots=slots, _op=op.op):
+            vals = list(_leaves)
+            for k, t in zip(_slots, ts):
+                vals[k] = t
+            inp, args, kwargs = pytree.tree_unflatten(vals, _spec)
+            return _op(inp, *args, **kwargs)
+
+        yield Case(op.name, i, dtype, [leaves[k] for k in slots], fn, noisy=dtype != torch.float32)
+
+
+def _flat_tensors(x) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _inputs(ts: list[torch.Tensor]) -> list[torch.Tensor]:
+    out = []
+    for t in ts:
+        c = t.detach().clone()
+        if t.requires_grad:
+            c.requires_grad_(True)
+        out.append(c)
+    return out
+
+
+def run_case(c: Case) -> Outcome:
+    """Eager vs compiled for one sample, forward and (for inputs that require grad) backward."""
+    from neuron_inductor import stats
+    ea = _inputs(c.tensors)
+    try:
+        want = _flat_tensors(c.fn(*ea))
+        diff = [t for t in want if t.requires_grad]
+        seeds = [torch.randn_like(t) for t in diff]
+        if diff:
+            torch.autograd.backward(diff, seeds)
+    except Exception as e:  # noqa: BLE001 - eager refusing the sample is not ours to judge
+        return Outcome("invalid", f"eager: {type(e).__name__}: {e}".splitlines()[0][:200])
+    ca = _inputs(c.tensors)
+    torch._dynamo.reset()
+    stats.reset()
+    try:
+        got = _flat_tensors(torch.compile(c.fn, backend="neuron")(*ca))
+        gdiff = [t for t in got if t.requires_grad]
+        if diff and len(gdiff) == len(diff):
+            torch.autograd.backward(gdiff, seeds)
+    except Exception as e:  # noqa: BLE001 - every failure is classified and reported
+        names = {k.__name__ for k in type(e).__mro__}
+        kind = "sim-error" if "SimulatorError" in names or "SimulatorError" in str(e)[:200] else \
+            "compile-error" if "BackendCompilerFailed" in names else "error"
+        msg = str(e).strip().splitlines()
+        return Outcome(kind, f"{type(e).__name__}: {' | '.join(msg[:3])}"[:400])
+    finally:
+        torch._dynamo.reset()
+    if len(got) != len(want):
+        return Outcome("wrong-fwd", f"{len(got)} outputs, eager {len(want)}")
+    for k, (g, w) in enumerate(zip(got, want)):
+        bad = _close(g, w, c.noisy)
+        if bad:
+            return Outcome("wrong-fwd", f"output {k}: {bad}")
+    for k, (a, b) in enumerate(zip(ca, ea)):
+        if (a.grad is None) != (b.grad is None):
+            return Outcome("wrong-grad", f"input {k}: grad missing on one side")
+        if a.grad is not None:
+            bad = _close(a.grad, b.grad, c.noisy)
+            if bad:
+                return Outcome("wrong-grad", f"input {k}.grad: {bad}")
+    if stats.compiled()["graph_fallbacks"]:
+        return Outcome("graph-fallback", "a compiler exception sent a whole graph to eager")
+    fb = stats.fallback_ops()
+    if fb:
+        return Outcome("fallback", ", ".join(sorted(map(str, fb))))
+    return Outcome("ok")
+
+
+def op_db() -> list:
+    from torch.testing._internal.common_methods_invocations import op_db as db
+    return list(db)

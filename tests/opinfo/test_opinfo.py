@@ -1,0 +1,55 @@
+"""PyTorch's OpInfo samples compiled with backend="neuron" (tests/opinfo/sweep.py): a small default
+set in CI, every op on demand with ``python benchmarks/opinfo.py``; and one named test per failure
+the full sweep found, written as the user's program."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuron_inductor import stats
+from tests._compare import check
+
+pytest.importorskip("expecttest")  # torch's OpInfo module imports it
+
+from tests.opinfo.sweep import cases, op_db, run_case  # noqa: E402
+
+#: ops users' models lean on, each with every sample shape class OpInfo builds (0-d, empty,
+#: broadcast, non-contiguous); the whole database runs through benchmarks/opinfo.py
+DEFAULT = ("add", "mul", "sub", "where", "abs", "exp", "sum", "mean", "amax", "softmax", "log_softmax",
+           "index_select", "gather", "cumsum", "masked_fill", "clamp", "quantile", "nn.functional.gelu",
+           "nn.functional.silu", "nn.functional.layer_norm", "nn.functional.embedding", "matmul")
+FAILING = ("compile-error", "sim-error", "error", "wrong-fwd", "wrong-grad", "graph-fallback")
+
+
+def _ops():
+    db = {op.name: op for op in op_db()}
+    return [db[n] for n in DEFAULT if n in db]
+
+
+@pytest.mark.parametrize("op", _ops(), ids=lambda op: op.name)
+def test_opinfo_samples_match_eager(op):
+    for c in cases(op, torch.float32, grad=True, limit=3):
+        out = run_case(c)
+        assert out.kind not in FAILING, f"{c.describe()}: {out.kind}: {out.detail}"
+
+
+def test_quantile_masked_fill_with_an_any_predicate_compiles():
+    """``quantile`` masks NaN rows with ``masked_fill(..., isnan(x).any(-1, keepdim=True), ...)``:
+    the ``any`` result was carried as a float32 tile and used directly as the predicate of
+    ``tensor_copy_predicated`` (which takes only uint8/16/32), so the verifier refused the kernel
+    and the whole graph ran eagerly."""
+    for shape in ((), (7,), (3, 5)):
+        stats.reset()
+        check(lambda x: torch.quantile(x, 0.3), torch.randn(shape))
+        assert stats.compiled()["graph_fallbacks"] == 0, shape
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.amax(x, dim=0, keepdim=True), lambda x: x.mean(dim=-1),
+                                lambda x: x.sum(0, keepdim=True) * 2],
+                         ids=["amax", "mean", "sum"])
+def test_reduction_over_dim_0_of_a_0d_tensor_compiles_forward_and_backward(fn):
+    """``dim=0`` of a 0-d tensor names the tensor itself; the fused lowering looked up the size of a
+    dim the tensor does not have (IndexError) and the backward graph ran eagerly."""
+    stats.reset()
+    check(fn, torch.randn(()), grad=True)
+    assert stats.compiled()["graph_fallbacks"] == 0
