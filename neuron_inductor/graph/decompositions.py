@@ -314,7 +314,9 @@ def decomposition_table() -> dict:
     from .conv import DECOMPOSITIONS as conv  # 2-D convolutions as matmuls (patch / im2col)
     from .group_norm import DECOMPOSITIONS as group_norm
     from .resample import DECOMPOSITIONS as resample  # nearest upsampling as index_selects
+    from .decompositions_math import DECOMPOSITIONS as math_ops  # isnan/isinf, exp2/log2/log10
     table.update(conv)
     table.update(group_norm)
     table.update(resample)
+    table.update(math_ops)
     return table
