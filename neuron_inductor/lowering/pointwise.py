@@ -14,7 +14,7 @@ import operator
 
 import torch
 
-from . import integers
+from . import act_range, integers
 from ..spec.instrs import PREDICATE_DTYPES
 from .builder import FLOAT_DTYPES, TVal
 from .registry import REDUCTIONS, register_pointwise
@@ -283,8 +283,7 @@ def _not(ctx, node, a):
 
 
 _ACT = {
-    aten.exp: ("exp", math.exp), aten.log: ("log", math.log), aten.sqrt: ("sqrt", math.sqrt),
-    aten.rsqrt: ("rsqrt", lambda x: 1 / math.sqrt(x)), aten.tanh: ("tanh", math.tanh),
+    aten.exp: ("exp", math.exp), aten.tanh: ("tanh", math.tanh),
     aten.sigmoid: ("sigmoid", lambda x: 1 / (1 + math.exp(-x))), aten.relu: ("relu", lambda x: max(x, 0)),
     aten.erf: ("erf", math.erf),
     aten.sign: ("sign", lambda x: (x > 0) - (x < 0)),
@@ -371,10 +370,25 @@ def _gelu(ctx, node, a, approximate: str = "none"):
     return unary(ctx, func, a, tile_dtype(node.meta["val"]))
 
 
+@register_pointwise(aten.log.default)
+def _log(ctx, node, a):
+    return act_range.log(ctx, a, tile_dtype(node.meta["val"]))
+
+
+@register_pointwise(aten.sqrt.default)
+def _sqrt(ctx, node, a):
+    return act_range.sqrt(ctx, a, tile_dtype(node.meta["val"]))
+
+
+@register_pointwise(aten.rsqrt.default)
+def _rsqrt(ctx, node, a):
+    return act_range.rsqrt(ctx, a, tile_dtype(node.meta["val"]))
+
+
 @register_pointwise(aten.log1p.default)
 def _log1p(ctx, node, a):
     dt = tile_dtype(node.meta["val"])
-    return unary(ctx, "log", scalar_op(ctx, a, "add", 1.0, dt), dt, py=math.log)
+    return act_range.log(ctx, scalar_op(ctx, a, "add", 1.0, "float32"), dt)
 
 
 @register_pointwise(aten.expm1.default)
@@ -397,9 +411,9 @@ def _pow(ctx, node, a, e):
     if not val.dtype.is_floating_point:
         raise NotImplementedError(f"integer pow with exponent {e}")
     if e == 0.5:
-        return unary(ctx, "sqrt", a, dt, py=math.sqrt)
+        return act_range.sqrt(ctx, a, dt)
     if e == -0.5:
-        return unary(ctx, "rsqrt", a, dt, py=lambda x: x ** -0.5)
+        return act_range.rsqrt(ctx, a, dt)
     if e == -1:
         return _recip(ctx, node, a)
     if e == 0:

@@ -1,0 +1,104 @@
+"""``log``, ``sqrt`` and ``rsqrt`` on every float32 input, not only inside the activation tables.
+
+ScalarE's ``log``/``sqrt``/``rsqrt`` are polynomial fits valid on a documented input range only
+(``tbl-act-func``: log ``[2^-64, 2^64]``, sqrt ``[2^-116, 2^118]``, rsqrt ``[2^-87, 2^97]``; "may
+produce invalid results outside that range"), and users take the log of an underflowed probability
+or the square root of a zero gradient norm all the time. So:
+
+* ``rsqrt(x)`` is the GpSimd ALU ``rsqrt`` (``tensor_scalar(op0=rsqrt)``, the note under
+  ``tbl-aluop``: higher precision than ScalarE's, and the ALU table gives it no input range):
+  ``rsqrt(0) = inf``, ``rsqrt(inf) = 0``, negative -> NaN, as IEEE and eager;
+* ``sqrt(x) = 1 / rsqrt(x)`` (VectorE reciprocal): ``0 -> 0``, ``inf -> inf``, negative -> NaN;
+* ``log(x)``: inputs below ``2^-64`` are scaled up by ``2^100`` and inputs above ``2^64`` down by
+  ``2^64`` (``f``), the scaled value is clamped into the table's range and ``log(x) = log(x * f) -
+  ln(f)`` (``ln f`` a constant); then zero, negatives and ``+inf`` get IEEE's ``-inf``, NaN and ``+inf`` by adding
+  ``1 / predicate - 1`` terms (0 where the predicate holds, ``inf`` where it does not).
+"""
+from __future__ import annotations
+
+import math
+
+from ..spec.ops import ACT_RANGE, ActFunc
+from .builder import TVal
+
+LOG_LO, LOG_HI, _ = ACT_RANGE[ActFunc.log]
+#: scales that bring positive float32s below / above log's range into it: [2^-149, 2^-64) * 2^100
+#: and (2^64, 2^128) * 2^-64 (a single 2^64 would leave the smallest normals and the denormals out)
+UP, DOWN = 2.0 ** 100, 2.0 ** -64
+
+
+def _ts(ctx, kind: str, data, op0: str, v0, op1: str | None = None, v1=None, engine: str = "vector"):
+    dst = ctx.new(kind, "float32")
+    srcs, attrs = {"data": data, "operand0": v0}, {"op0": op0}
+    if op1 is not None:
+        srcs["operand1"], attrs["op1"] = v1, op1
+    ctx.kb.instr(engine, "tensor_scalar", dst, srcs, **attrs)
+    return dst
+
+
+def _tt(ctx, kind: str, a, b, op: str, dtype: str = "float32"):
+    dst = ctx.new(kind, dtype)
+    ctx.kb.instr("vector", "tensor_tensor", dst, {"data1": a, "data2": b}, op=op)
+    return dst
+
+
+def _inf_unless(ctx, kind: str, x, cmp: str, value: float):
+    """0 where ``x <cmp> value`` holds, ``+inf`` where it does not (``1 / predicate - 1``)."""
+    p = _ts(ctx, kind, x, cmp, value)
+    r = _ts(ctx, kind, p, "reciprocal", 0.0, "subtract", 1.0)
+    ctx.kb.release(p.tile)
+    return r
+
+
+def rsqrt(ctx, a: TVal, dtype: str) -> TVal:
+    if a.kind == "scalar":
+        x = float(a.scalar)
+        return TVal.const(math.inf if x == 0 else math.nan if x < 0 else 1 / math.sqrt(x))
+    dst = ctx.new(a.kind, dtype)
+    ctx.kb.instr("gpsimd", "tensor_scalar", dst, {"data": a.region, "operand0": 0.0}, op0="rsqrt")
+    return TVal(a.kind, dst)
+
+
+def sqrt(ctx, a: TVal, dtype: str) -> TVal:
+    if a.kind == "scalar":
+        x = float(a.scalar)
+        return TVal.const(math.nan if x < 0 else math.sqrt(x))
+    r = rsqrt(ctx, a, "float32")
+    dst = ctx.new(a.kind, dtype)
+    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": r.region, "operand0": 0.0}, op0="reciprocal")
+    ctx.kb.release(r.region.tile)
+    return TVal(a.kind, dst)
+
+
+def log(ctx, a: TVal, dtype: str) -> TVal:
+    if a.kind == "scalar":
+        x = float(a.scalar)
+        return TVal.const(-math.inf if x == 0 else math.nan if x < 0 or x != x else math.log(x))
+    kb, kind, x = ctx.kb, a.kind, a.region
+    small = _ts(ctx, kind, x, "less", LOG_LO)                     # 1 below the range (denormals too)
+    big = _ts(ctx, kind, x, "greater", LOG_HI)                    # 1 above it
+    up = _ts(ctx, kind, small, "multiply", UP, "add", 1.0)        # 2^100 + 1 rounds to 2^100
+    down = _ts(ctx, kind, x, "less_equal", LOG_HI, "add", DOWN)   # 1 + 2^-64 rounds to 1; else 2^-64
+    f = _tt(ctx, kind, up, down, "multiply")
+    xs = _tt(ctx, kind, x, f, "multiply")
+    xc = _ts(ctx, kind, xs, "maximum", LOG_LO, "minimum", LOG_HI)  # 0, negatives, inf clamped in
+    for t in (up, down, f, xs):
+        kb.release(t.tile)
+    y = ctx.new(kind, "float32")
+    kb.instr("scalar", "activation", y, {"data": xc}, op="log", scale=1.0)
+    ks = _ts(ctx, kind, small, "multiply", math.log(UP))
+    kb_ = _ts(ctx, kind, big, "multiply", -math.log(DOWN))
+    y1 = _tt(ctx, kind, y, ks, "subtract")
+    y2 = _tt(ctx, kind, y1, kb_, "add")
+    for t in (small, big, xc, y, ks, kb_, y1):
+        kb.release(t.tile)
+    # IEEE at the edges: log(0) = -inf, log(x < 0) = NaN (-inf + inf), log(inf) = inf
+    pos = _inf_unless(ctx, kind, x, "greater", 0.0)
+    y3 = _tt(ctx, kind, y2, pos, "subtract")
+    nonneg = _inf_unless(ctx, kind, x, "greater_equal", 0.0)
+    y4 = _tt(ctx, kind, y3, nonneg, "add")
+    finite = _inf_unless(ctx, kind, x, "less", math.inf)
+    out = _tt(ctx, kind, y4, finite, "add", dtype)
+    for t in (y2, pos, y3, nonneg, y4, finite):
+        kb.release(t.tile)
+    return TVal(kind, out)
