@@ -530,7 +530,7 @@ class _FusedLowering:
         a cached leaf load stays: a member computed through a view of a leaf (``clone(x[:, ::2])``)
         shares the load's tile, and later readers of the leaf get that cached tile."""
         held = {id(v.region.tile) for v in loads.values() if v.region is not None}
-        for a in set(n.all_input_nodes):
+        for a in dict.fromkeys(n.all_input_nodes):  # in argument order: a deterministic pool
             if a not in remaining:
                 continue
             remaining[a] -= n.all_input_nodes.count(a) and 1
