@@ -84,12 +84,6 @@ def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
     return sorted({d % nd for d in dims}), bool(keep)
 
 
-def _contig(shape) -> list[int]:
-    st, acc = [], 1
-    for s in reversed(list(shape)):
-        st.append(acc)
-        acc *= max(int(s), 1)
-    return list(reversed(st))
 
 
 def sbuf_peak(body: list) -> int:

@@ -26,10 +26,10 @@ from typing import Mapping
 import torch
 import torch.fx as fx
 
-from ..ir import TensorMeta
+from ..ir import TensorMeta, contiguous_strides
 from ..target import Target
 from .builder import ceil_div
-from .fused_group import FusedGroup, Source, _contig, reduce_dims
+from .fused_group import FusedGroup, Source, reduce_dims
 from .layout import LoweringError, broadcast_strides, domain_strides, merge_dims
 from .loops import largest_divisor, split_axis
 from .registry import ORDER_PRESERVING_VIEWS, REDUCTIONS
@@ -257,7 +257,7 @@ class _Planner:
         for n in self.g.nodes:
             val = n.meta["val"]
             shape = [max(int(x), 1) for x in val.shape] if self.empty else val.shape
-            st = self.to_domain(n, shape, _contig(shape))
+            st = self.to_domain(n, shape, list(contiguous_strides(shape)))
             if st is None:
                 raise LoweringError(f"{n.name} {list(val.shape)} does not fit domain {self.D0}")
             if n.target is EXPAND and n.args[0] in self.members:
