@@ -55,7 +55,7 @@ def check_cases(fn: Callable, cases: Sequence[Sequence], grad: bool = False, rto
         return c
     flat = [a for c in cases for a in c]
     ea, ca = [prep(a) for a in flat], [prep(a) for a in flat]
-    stats.fallback_ops().clear()
+    stats.reset("fallback_ops")
     torch._dynamo.reset()
     options.setdefault("fallback", "error")
     expected = whole(*ea)

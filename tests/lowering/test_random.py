@@ -17,7 +17,7 @@ aten = torch.ops.aten
 
 def _compile(fn):
     torch._dynamo.reset()
-    stats.fallback_ops().clear()
+    stats.reset("fallback_ops")
     return torch.compile(fn, backend="neuron", options={"fallback": "error"})
 
 

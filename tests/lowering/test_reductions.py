@@ -79,7 +79,7 @@ def test_int32_sum_of_unbounded_values_is_a_declared_fallback():
     """int32.sum() promotes to int64 in torch; a sum of int32 values of unknown range would round in
     fp32 (2**30 + 2**30 + 3 ...), so it runs eagerly, declared, with torch's exact answer."""
     i = torch.tensor([[2**30, 2**30, 3, -7]] * 3, dtype=torch.int32)
-    stats.fallback_ops().clear()
+    stats.reset("fallback_ops")
     check_cases(lambda i: (i.sum(-1), i.amax(0)), [(i,)], fallback="warn", _allow_fallback=True)
     assert any("sum" in k for k in stats.fallback_ops()), dict(stats.fallback_ops())
 

@@ -87,7 +87,7 @@ def _check_topk(x, k, dim, largest):
     values, increase (the order documented for ours)."""
     torch._dynamo.reset()
     from neuron_inductor import stats
-    stats.fallback_ops().clear()
+    stats.reset("fallback_ops")
     v, i = torch.compile(lambda x: torch.topk(x, k, dim, largest), backend="neuron",
                          options={"fallback": "error"})(x)
     ev, _ = torch.topk(x, k, dim, largest)
