@@ -20,7 +20,7 @@ import sympy
 
 from ..ir import HBMAccess
 from .builder import KernelBuilder, ceil_div
-from .loops import maybe_loop, merge, nest, offsets, ragged, tiles
+from .loops import Walk, maybe_loop, merge, ragged, walk
 from .regions import Region
 
 
@@ -89,10 +89,10 @@ def walk_rows(kb: KernelBuilder, sizes: Sequence[int], axis: int, regions: Seque
     chunk = max(1, min(length, chunk))
 
     pmax = kb.target.partitions
-    with nest(kb, [dims[a] for a in outer], "affine", "l") as lv, tiles(kb, Ps, pmax, "affine", "p") as (ip, rows):
-        offs = offsets(strides, outer, lv)
-        body(Rows(kb, regions, axis, length, chunk, [o + st[P] * pmax * ip for o, st in zip(offs, strides)],
-                  [st[P] for st in strides], rows, min(Ps, pmax)))
+    w = Walk(tuple(dims), tuple(tuple(st) for st in strides), tuple(outer), P, None, 1, pmax)
+    with walk(kb, w, chunks=False) as at:
+        body(Rows(kb, regions, axis, length, chunk, list(at.offs), [st[P] for st in strides], at.rows,
+                  min(Ps, pmax)))
     if kb.plan:
         kb.plan += "; "
     kb.plan += (f"rows {dims} ({Ps} on partitions in tiles of {pmax}) x axis {axis} of {length} on the free "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Sequence
 
 import sympy
 import torch
@@ -61,7 +62,7 @@ class FusedEmitter:
         self.ctx = _Ctx(self)
 
     # --- expressions -------------------------------------------------------------------------
-    def offset_expr(self, st: list[int]) -> sympy.Expr:
+    def offset_expr(self, st: Sequence[int]) -> sympy.Expr:
         tp, at = self.tp, self.at
         e = sympy.Integer(0)
         for a, var in at.loop_vars.items():
@@ -367,7 +368,7 @@ class FusedEmitter:
             return accs[n]
         return _finish_reduction(self.ctx, self.tp, n, TVal("row", part))
 
-    def _access(self, host: str, numel: int, dtype_name: str, offset0: int, st: list[int],
+    def _access(self, host: str, numel: int, dtype_name: str, offset0: int, st: Sequence[int],
                 full: bool, kind: str = "input", word: int = 0) -> HBMAccess:
         scale = word_scale(dtype_name)
         hw = hw_dtype(dtype_name)

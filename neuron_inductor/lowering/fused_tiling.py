@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Mapping
+from types import MappingProxyType
+from typing import Mapping, Sequence
 
 import torch
 import torch.fx as fx
@@ -60,9 +61,9 @@ class TilePlan:
     #: nodes that live in a reduction's output space
     post_nodes: frozenset[fx.Node]
     #: strides along the merged domain: each member's value, each leaf read (consumer, leaf), each output
-    node_strides: Mapping[fx.Node, list[int]]
-    loads: Mapping[tuple[fx.Node, fx.Node], list[int]]
-    stores: Mapping[fx.Node, list[int]]
+    node_strides: Mapping[fx.Node, tuple[int, ...]]
+    loads: Mapping[tuple[fx.Node, fx.Node], tuple[int, ...]]
+    stores: Mapping[fx.Node, tuple[int, ...]]
     D: tuple[int, ...]
     R: frozenset[int]
     C: frozenset[int]
@@ -94,7 +95,7 @@ class TilePlan:
     def loop_axes(self) -> list[int]:
         return list(self.outer) + list(self.seq) + ([self.P] if self.P is not None else [])
 
-    def load_key(self, a: fx.Node, st: list[int]) -> tuple:
+    def load_key(self, a: fx.Node, st: Sequence[int]) -> tuple:
         """Loads of the same leaf with the same strides (unit axes ignored) share one tile."""
         return (a, tuple(0 if self.D[i] == 1 else s for i, s in enumerate(st)))
 
@@ -116,11 +117,12 @@ def plan_tiles(group: FusedGroup, sources: Mapping[fx.Node, Source], target: Tar
     """The tile plan of ``group`` (``R0``/``C0`` override its reduced / column-sum axes)."""
     pl = _Planner(group, sources, R0, C0, seeded)
     fields = pl.strides(merge)
-    if not merge:
-        return TilePlan(**pl.roles(), **fields)
-    fields.update(pl.axes(fields, target.partitions))
+    if merge:
+        fields.update(pl.axes(fields, target.partitions))
+    for k in ("node_strides", "loads", "stores"):  # read-only from here on
+        fields[k] = MappingProxyType({key: tuple(st) for key, st in fields[k].items()})
     tp = TilePlan(**pl.roles(), **fields)
-    return _chunk(tp, target, free_chunk, pl.max_live())
+    return _chunk(tp, target, free_chunk, pl.max_live()) if merge else tp
 
 
 def split_rows(n: int, pmax: int) -> int:

@@ -12,11 +12,16 @@ live here once:
 * :func:`tiles` walks ``total`` elements in steps of ``step`` and gives each step's extent
   (:func:`ragged`: the full step, or what is left in the last one);
 * :func:`merge` drops size-1 dims and merges neighbours every access walks contiguously;
-* :func:`largest_divisor` and :func:`split_axis` turn one long axis into ``[rows, n / rows]``.
+* :func:`largest_divisor` and :func:`split_axis` turn one long axis into ``[rows, n / rows]``;
+* :class:`Walk` is the frozen tile plan of a walk over several accesses (merged dims, outer axes,
+  partition axis, free axis and its chunk) and :func:`walk` opens its loops, yielding the loop
+  state of each tile (:class:`At`). Data-movement phases, scans and reversals plan a ``Walk`` and
+  emit inside it; fused kernels have a richer plan of their own (``fused_tiling.TilePlan``).
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import sympy
@@ -99,3 +104,59 @@ def split_axis(strides: Sequence[int], axis: int, n: int, rows: int) -> list[int
     other axes dropped: the flat span seen as rows of ``n // rows`` elements."""
     s = strides[axis]
     return [s * (n // rows), s]
+
+
+@dataclass(frozen=True)
+class Walk:
+    """The tile plan of a walk over accesses of equal logical size: the (merged) ``dims``, each
+    access's ``strides`` along them, the ``outer`` loop axes, the partition axis ``P`` (tiles of
+    ``pmax`` rows; None: one row) and the free axis ``F`` (chunks of ``fc``; None: one column)."""
+
+    dims: tuple[int, ...]
+    strides: tuple[tuple[int, ...], ...]
+    outer: tuple[int, ...]
+    P: int | None
+    F: int | None
+    fc: int
+    pmax: int
+
+    @property
+    def psize(self) -> int:
+        return self.dims[self.P] if self.P is not None else 1
+
+    @property
+    def fsize(self) -> int:
+        return self.dims[self.F] if self.F is not None else 1
+
+    @property
+    def looped(self) -> bool:
+        """Some loop has more than one iteration (tiles are then allocated inside the loops)."""
+        return any(self.dims[a] > 1 for a in self.outer) or self.psize > self.pmax or self.fsize > self.fc
+
+
+@dataclass(frozen=True)
+class At:
+    """Loop state of one tile of a :class:`Walk`: each access's offset of the tile's first element,
+    the row-tile and chunk variables and the tile's extents (ragged in a last tile)."""
+
+    offs: tuple[sympy.Expr, ...]
+    ip: sympy.Expr
+    rows: sympy.Expr
+    jf: sympy.Expr
+    cols: sympy.Expr
+
+
+@contextlib.contextmanager
+def walk(kb: KernelBuilder, w: Walk, kind: str = "affine", chunks: bool = True) -> Iterator[At]:
+    """Open ``w``'s loops (outer, row tiles and, with ``chunks``, free-axis chunks) and yield the
+    state of the tile they address. Without ``chunks`` the free axis is left to the caller."""
+    with nest(kb, [w.dims[a] for a in w.outer], kind, "l") as lv, \
+            tiles(kb, w.psize, w.pmax, kind, "p") as (ip, rows):
+        offs = offsets(w.strides, w.outer, lv)
+        if w.P is not None:
+            offs = [o + st[w.P] * w.pmax * ip for o, st in zip(offs, w.strides)]
+        if not chunks or w.F is None:
+            yield At(tuple(offs), ip, rows, sympy.Integer(0), sympy.Integer(w.fsize if chunks else 1))
+            return
+        with tiles(kb, w.fsize, w.fc, kind, "f") as (jf, cols):
+            yield At(tuple(o + st[w.F] * w.fc * jf for o, st in zip(offs, w.strides)), ip, rows, jf, cols)

@@ -2,11 +2,11 @@
 
 A region is an (offset, sizes, strides) view of a flat HBM span, logical (``LRegion``, in elements
 of a torch dtype; an int64 is a pair of int32 words) or hardware (``Region``, in hardware elements).
-``walk_regions`` plans one phase over regions of equal sizes: size-1 dims dropped, dims every region
+``plan_regions`` plans one phase over regions of equal sizes (a frozen ``loops.Walk``): size-1 dims dropped, dims every region
 walks contiguously merged (``loops.merge``), the last merged dim the free axis (chunks of at most
 ``free_chunk`` elements), the largest other dim the partition axis (tiles of ``kb.target.partitions``
 rows, ragged last tile), the rest outer loops; a lone long dim is split so many partitions work.
-It hands each tile iteration (``It``) to the phase's emitter.
+``walk_regions`` opens its loops and hands each tile iteration (``It``) to the phase's emitter.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch.fx as fx
 from ..ir import HBMAccess, HBMTensor, Tile
 from .builder import KernelBuilder
 from .layout import broadcast_strides, hw_dtype, word_scale
-from .loops import largest_divisor, merge, nest, offsets, split_axis, tiles
+from .loops import Walk, largest_divisor, merge, split_axis, walk
 
 
 @dataclass(frozen=True)
@@ -129,29 +129,28 @@ def phase_tile(kb: KernelBuilder, it: It, dtype: str, free_chunk: int, prefix: s
     return kb.tile(shape, dtype, prefix=prefix)
 
 
-def walk_regions(kb: KernelBuilder, sizes: Sequence[int], regions: Sequence[Region], free_chunk: int,
-                 body: Callable[[It], None]) -> None:
-    """Call ``body`` once per tile of the joint iteration space of ``regions`` (same ``sizes``)."""
-    for r in regions:
-        assert tuple(r.sizes) == tuple(sizes), (r.sizes, sizes)
-    pmax = kb.target.partitions
+def plan_regions(sizes: Sequence[int], regions: Sequence[Region], free_chunk: int, pmax: int) -> Walk:
+    """The walk of one phase over ``regions`` (equal ``sizes``): merged dims, the last one free
+    (chunks of ``free_chunk``), the largest other one on partitions, the rest outer loops."""
     dims, strides = merge(sizes, [r.strides for r in regions])
     if not dims:
         dims, strides = [1], [[0] for _ in regions]
     _split_flat(dims, strides, free_chunk, pmax)
     F = len(dims) - 1
     P = max(range(F), key=lambda a: (dims[a], a)) if F > 0 else None
-    outer = [a for a in range(F) if a != P]
-    Ps = dims[P] if P is not None else 1
-    Fs = dims[F]
-    fc = min(Fs, free_chunk)
-    looped = any(dims[a] > 1 for a in outer) or Ps > pmax or Fs > fc
-    with nest(kb, [dims[a] for a in outer], "affine", "l") as lv, \
-            tiles(kb, Ps, pmax, "affine", "p") as (ip, rows), tiles(kb, Fs, fc, "affine", "f") as (jf, cols):
-        offs = offsets(strides, outer, lv)
-        o2 = [o + (st[P] * pmax * ip if P is not None else 0) + st[F] * fc * jf for o, st in zip(offs, strides)]
-        body(It(o2, [st[P] if P is not None else 0 for st in strides], [st[F] for st in strides],
-                rows, cols, min(Ps, pmax), fc, looped))
+    return Walk(tuple(dims), tuple(tuple(st) for st in strides), tuple(a for a in range(F) if a != P), P, F,
+                min(dims[F], free_chunk), pmax)
+
+
+def walk_regions(kb: KernelBuilder, sizes: Sequence[int], regions: Sequence[Region], free_chunk: int,
+                 body: Callable[[It], None]) -> None:
+    """Call ``body`` once per tile of the joint iteration space of ``regions`` (same ``sizes``)."""
+    for r in regions:
+        assert tuple(r.sizes) == tuple(sizes), (r.sizes, sizes)
+    w = plan_regions(sizes, regions, free_chunk, kb.target.partitions)
+    with walk(kb, w) as at:
+        body(It(list(at.offs), [st[w.P] if w.P is not None else 0 for st in w.strides],
+                [st[w.F] for st in w.strides], at.rows, at.cols, min(w.psize, w.pmax), w.fc, w.looped))
     if kb.plan:
         kb.plan += "; "
-    kb.plan += f"phase over {dims} (partition {Ps}, free {Fs} in chunks of {fc})"
+    kb.plan += f"phase over {list(w.dims)} (partition {w.psize}, free {w.fsize} in chunks of {w.fc})"
