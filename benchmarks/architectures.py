@@ -340,10 +340,10 @@ def _guard(res: Result, key: str, fn: Callable[[], dict[str, str | None]]) -> di
 def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...] = DTYPES,
              sides: tuple[str, ...] = SIDES, seq: int = SEQ) -> Result:
     """Every check on a fresh tiny model; a failing check is recorded and the next still runs."""
-    import neuron_inductor.compile as nc
+    from neuron_inductor import stats
     res = Result(arch)
     t0 = time.perf_counter()
-    before = Counter(nc.fallback_ops)
+    before = Counter(stats.fallback_ops())
     try:
         model = build(arch)
     except Exception as e:  # noqa: BLE001 - a config that does not build is a row, not a crash
@@ -377,7 +377,7 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
             if err is not None:
                 res.errors["generate"] = err[:2000]
     torch._dynamo.reset()
-    res.fallbacks = dict(Counter(nc.fallback_ops) - before)
+    res.fallbacks = dict(Counter(stats.fallback_ops()) - before)
     res.seconds = time.perf_counter() - t0
     return res
 

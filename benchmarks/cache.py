@@ -101,10 +101,10 @@ CHILD = textwrap.dedent("""
                 compiled(input_ids=torch.randint(0, 256, (1, n)))
         out["graph_seconds"] = times
     if backend == "neuron":
-        from neuron_inductor import compile as ni_compile
+        from neuron_inductor import stats as ni_stats
         from neuron_inductor.cache import stats
         out["cache"] = stats()
-        out["graphs_compiled"] = ni_compile.counters["graphs_compiled"]
+        out["graphs_compiled"] = ni_stats.compiled()["graphs_compiled"]
     print("RESULT " + json.dumps(out))
 """)
 

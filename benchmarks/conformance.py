@@ -27,7 +27,7 @@ from torch import nn  # noqa: E402
 
 from _models import TransformerBlock, mlp  # noqa: E402
 from neuron_inductor import compile as ni_compile  # noqa: E402
-from neuron_inductor import config  # noqa: E402
+from neuron_inductor import config, stats  # noqa: E402
 from neuron_inductor.cli.lint import lint_dir  # noqa: E402
 
 
@@ -162,7 +162,7 @@ def measure(name: str, target: str) -> dict:
 
     d = tempfile.mkdtemp(prefix=f"ni_conf_{name}_{target}_")
     torch._dynamo.reset()
-    ni_compile.reset_counters()
+    stats.reset("compile", "fallback_ops")
     ni_compile._model_cost = capture
     error = None
     try:
@@ -175,7 +175,7 @@ def measure(name: str, target: str) -> dict:
     lint = lint_dir(d)
     return {"kernels": lint["kernels"], "findings": {r: len(v) for r, v in lint["findings"].items()},
             "examples": {r: v[0] for r, v in lint["findings"].items()},
-            "graph_fallbacks": ni_compile.counters["graph_fallbacks"],
+            "graph_fallbacks": stats.compiled()["graph_fallbacks"],
             "modelled_seconds": sum(costs), "error": error, "dump": d}
 
 

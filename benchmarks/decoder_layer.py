@@ -58,7 +58,7 @@ def capture_programs(model: torch.nn.Module, x: torch.Tensor, cfg) -> list[tuple
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from neuron_inductor import pipeline
-    from neuron_inductor.backend import _sdpa_math
+    from neuron_inductor.backend import _sdpa_backends
     from neuron_inductor.graph.decompositions import decomposition_table
     from neuron_inductor.graph.passes import run_passes
 
@@ -76,11 +76,11 @@ def capture_programs(model: torch.nn.Module, x: torch.Tensor, cfg) -> list[tuple
         aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                            decompositions=decomposition_table(),
                            partition_fn=min_cut_rematerialization_partition)
-        with _sdpa_math():
+        with _sdpa_backends():
             return aot(gm, example_inputs)
 
     torch._dynamo.reset()
-    with _sdpa_math():
+    with _sdpa_backends():
         y = torch.compile(model, backend=backend)(x)
     y.backward(torch.empty_like(y))
     return out

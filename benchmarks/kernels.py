@@ -19,11 +19,11 @@ from _models import TransformerBlock
 
 
 def measure(fusion: bool, seq: int) -> dict:
-    from neuron_inductor import compile as nic
+    from neuron_inductor import stats
     from neuron_inductor.runtime import sim
 
     torch._dynamo.reset()
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     torch.manual_seed(0)
     model = TransformerBlock()
     x = torch.randn(2, seq, 64, requires_grad=True)
@@ -34,9 +34,9 @@ def measure(fusion: bool, seq: int) -> dict:
     out = cm(x)                      # one measured training step
     out.sum().backward()
     c = sim.counters()
-    return {"kernels": nic.counters["kernels_generated"], "aten_ops": nic.counters["aten_ops"],
+    return {"kernels": stats.compiled()["kernels_generated"], "aten_ops": stats.compiled()["aten_ops"],
             "launches": c.kernel_calls, "dma_bytes": c.dma_bytes_loaded + c.dma_bytes_stored,
-            "fallbacks": sum(nic.fallback_ops.values())}
+            "fallbacks": sum(stats.fallback_ops().values())}
 
 
 def inductor_launches(seq: int) -> dict:

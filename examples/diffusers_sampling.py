@@ -21,7 +21,7 @@ import torch
 from diffusers import (DDIMScheduler, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
                        UNet2DConditionModel)
 
-import neuron_inductor.compile as nic
+from neuron_inductor import stats
 
 SMOKE = "--smoke" in sys.argv or os.environ.get("NEURON_INDUCTOR_SMOKE") == "1"
 STEPS = 2 if SMOKE else 8
@@ -77,7 +77,7 @@ def main() -> None:
              torch.tensor([100, 700]))]
     for name, build, sched, cond, t in runs:
         eager, model = build(), build()
-        nic.reset_counters()
+        stats.reset("compile", "fallback_ops")
         compiled = torch.compile(model, backend="neuron")  # the one-line change
         want = sample(eager, sched(), latents, cond)
         got = sample(compiled, sched(), latents, cond)
@@ -85,7 +85,7 @@ def main() -> None:
         print(f"{name}: {STEPS} sampling steps, latents match eager "
               f"(max |diff| {(got - want).abs().max().item():.2e})")
         if SMOKE and build is unet:  # the UNet's training step is tests/integrations/test_diffusers.py
-            assert not nic.fallback_ops
+            assert not stats.fallback_ops()
             continue
         loss_e = train_step(eager, latents, t, cond, target)
         loss_c = train_step(compiled, latents, t, cond, target)
@@ -93,8 +93,8 @@ def main() -> None:
         for (pname, p), q in zip(eager.named_parameters(), model.parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=pname)
         print(f"{name}: training step loss {loss_c.item():.4f}, every gradient matches eager; "
-              f"graphs compiled {nic.counters['graphs_compiled']}, host fallbacks {dict(nic.fallback_ops)}")
-        assert not nic.fallback_ops
+              f"graphs compiled {stats.compiled()['graphs_compiled']}, host fallbacks {dict(stats.fallback_ops())}")
+        assert not stats.fallback_ops()
     print("diffusers models match eager: sampling and training")
 
 

@@ -29,8 +29,8 @@ def main() -> None:
     print("eager:   ", expected[0].tolist())
     print("compiled:", got[0].tolist())
     assert torch.equal(got, expected), "compiled generation differs from eager"
-    import neuron_inductor.compile as nic
-    print(f"graphs compiled: {nic.counters['graphs_compiled']}, fallbacks: {dict(nic.fallback_ops)}")
+    from neuron_inductor import stats
+    print(f"graphs compiled: {stats.compiled()['graphs_compiled']}, fallbacks: {dict(stats.fallback_ops())}")
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def tiny_vit(layers: int):
 def main() -> None:
     import copy
 
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats
 
     eager = tiny_vit(1 if SMOKE else 4)
     model = neuron_inductor.use_nki_layers(copy.deepcopy(eager), {"ViTMLP": NkiViTMLP})
@@ -147,8 +147,8 @@ def main() -> None:
         for (name, p), q in zip(eager.named_parameters(), model.parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
         print(f"step {step}: max |out - eager| = {(got - want).abs().max().item():.2e}")
-    print(f"kernel calls compiled: {nic.counters['user_kernel_calls']}, graphs: "
-          f"{nic.counters['graphs_compiled']}, fallback ops: {dict(nic.fallback_ops)}")
+    print(f"kernel calls compiled: {stats.compiled()['user_kernel_calls']}, graphs: "
+          f"{stats.compiled()['graphs_compiled']}, fallback ops: {dict(stats.fallback_ops())}")
     print("matches eager: forward and every gradient")
 
 

@@ -34,7 +34,7 @@ def synthetic_rows(n: int, vocab: int) -> list[dict]:
 
 
 def main() -> None:
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats
 
     if DORA:
         from neuron_inductor.integrations.peft import enable_dora_compile
@@ -64,7 +64,7 @@ def main() -> None:
         merged = model.merge_and_unload().eval()
         got = torch.compile(merged, backend="neuron")(**batch).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    print(f"graphs compiled: {nic.counters['graphs_compiled']}, fallback ops: {dict(nic.fallback_ops)}")
+    print(f"graphs compiled: {stats.compiled()['graphs_compiled']}, fallback ops: {dict(stats.fallback_ops())}")
     print("merged-adapter inference matches eager")
 
 

@@ -40,11 +40,11 @@ def main() -> None:
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     print(f"forward matches eager: max |diff| = {(out - ref).abs().max().item():.2e}")
 
-    from neuron_inductor import compile as nic
+    from neuron_inductor import stats as ni_stats
     from neuron_inductor.cache import Store, default_root, stats
-    print(f"graphs compiled: {nic.counters['graphs_compiled']}, kernels generated: "
-          f"{nic.counters['kernels_generated']} (from {nic.counters['aten_ops']} ATen ops), "
-          f"fallbacks: {sum(nic.fallback_ops.values())}")
+    print(f"graphs compiled: {ni_stats.compiled()['graphs_compiled']}, kernels generated: "
+          f"{ni_stats.compiled()['kernels_generated']} (from {ni_stats.compiled()['aten_ops']} ATen ops), "
+          f"fallbacks: {sum(ni_stats.fallback_ops().values())}")
 
     root = default_root()
     entries = sorted(Store(root).entries(), key=lambda e: e.created)

@@ -44,7 +44,7 @@ def texts(n: int) -> list[str]:
 
 
 def main() -> None:
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats
     from neuron_inductor.bucketing import recommended_recompile_limit
 
     torch._dynamo.config.automatic_dynamic_shapes = False
@@ -75,10 +75,10 @@ def main() -> None:
     shapes = shapes[:len(losses)]  # the dataloader may collate one batch ahead
     print(f"packed shapes per step: {shapes}")
     print(f"losses: {[round(x, 4) for x in losses]}")
-    print(f"graphs compiled: {nic.counters['graphs_compiled']} for {len(set(shapes))} distinct "
-          f"shape(s); fallback ops: {dict(nic.fallback_ops)}")
+    print(f"graphs compiled: {stats.compiled()['graphs_compiled']} for {len(set(shapes))} distinct "
+          f"shape(s); fallback ops: {dict(stats.fallback_ops())}")
     assert all(x == x and abs(x) != float("inf") for x in losses), "non-finite loss"
-    assert all(s[-1] % 128 == 0 for s in shapes) and not nic.fallback_ops
+    assert all(s[-1] % 128 == 0 for s in shapes) and not stats.fallback_ops()
     print("packed training ran with static shapes")
 
 

@@ -24,10 +24,10 @@ log = logging.getLogger("neuron_inductor")
 register_hf_cache_layers()
 
 
-def _sdpa_math():
-    """How attention is traced: torch's CPU flash op when it qualifies (one forward and one backward
-    op, lowered to our flash kernels), else the math form. Cases our kernels cannot take are
-    decomposed to math by the decomposition table, so the name is kept for callers."""
+def _sdpa_backends():
+    """The SDPA backends attention is traced with: torch's CPU flash op when it qualifies (one forward
+    and one backward op, lowered to our flash kernels), else the math form. Cases our kernels cannot
+    take are decomposed to math by the decomposition table."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH], set_priority=True)
@@ -101,6 +101,6 @@ def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) 
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,
         )
-        with _sdpa_math():
+        with _sdpa_backends():
             return aot(gm, example_inputs)
     return compile_dynamo_cached(gm, example_inputs, cfg, run_aot, name=name)

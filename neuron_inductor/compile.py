@@ -19,16 +19,7 @@ from .config import Config
 
 log = logging.getLogger("neuron_inductor")
 
-#: live views of ``stats`` kept under their old names (``stats.compiled()`` / ``stats.fallback_ops()``
-#: are the public API)
-counters: Counter = stats.COMPILE
-fallback_ops: Counter = stats.FALLBACK_OPS
 _graph_ids: Counter = Counter()
-
-
-def reset_counters() -> None:
-    """Zero the compile counters and declared fallbacks (``stats.reset("compile", "fallback_ops")``)."""
-    stats.reset("compile", "fallback_ops")
 
 
 def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Artifact:

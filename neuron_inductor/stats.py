@@ -31,7 +31,7 @@ log = logging.getLogger("neuron_inductor")
 
 SECTIONS = ("compile", "fallback_ops", "cache", "host")
 
-#: compile counters (a live view: prefer :func:`compiled`; ``neuron_inductor.compile.counters`` is it)
+#: compile counters (a live view: prefer :func:`compiled`)
 COMPILE: Counter = Counter()
 #: declared fallbacks by op (a live view: prefer :func:`fallback_ops`)
 FALLBACK_OPS: Counter = Counter()

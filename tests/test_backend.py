@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neuron_inductor import compile as nic
+from neuron_inductor import stats
 from neuron_inductor.lowering.graph import FallbackError
 
 
@@ -94,20 +94,20 @@ def test_fallback_error_names_the_op():
 
 
 def test_fallback_warn_is_counted_and_correct():
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     x = torch.randn(5, 3)
     out = _run(lambda x: torch.lgamma(x.exp()) + 1, x)
     torch.testing.assert_close(out, torch.lgamma(x.exp()) + 1)
-    assert any("lgamma" in op for op in nic.fallback_ops)
+    assert any("lgamma" in op for op in stats.fallback_ops())
 
 
 def test_float64_falls_back_and_is_right():
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     x = torch.randn(300, 130, dtype=torch.float64, requires_grad=True)
     out = _run(lambda x: (x.exp() * 3).sum(-1), x)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, (x.exp() * 3).sum(-1))
-    assert sum(nic.fallback_ops.values()) > 0
+    assert sum(stats.fallback_ops().values()) > 0
 
 
 def test_debug_dump_dir(tmp_path):
@@ -133,13 +133,13 @@ def test_debug_dump_env(tmp_path, monkeypatch):
 def test_internal_compiler_error_falls_back_to_eager_graph(monkeypatch, caplog):
     """A compiler bug must not kill a training run: the graph runs eagerly, loudly and counted."""
     import neuron_inductor.lowering as lowering
-    from neuron_inductor import compile as nic
+    from neuron_inductor import stats
 
     def boom(*a, **k):
         raise RuntimeError("simulated compiler bug")
 
     monkeypatch.setattr(lowering, "lower_graph", boom)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     x = torch.randn(5, 7, requires_grad=True)
     f = torch.compile(lambda t: (t.sin() * 2).sum(-1), backend="neuron")
     with caplog.at_level("WARNING", logger="neuron_inductor"):
@@ -147,7 +147,7 @@ def test_internal_compiler_error_falls_back_to_eager_graph(monkeypatch, caplog):
         out.sum().backward()
     torch.testing.assert_close(out, (x.detach().sin() * 2).sum(-1))
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
-    assert nic.counters["graph_fallbacks"] == 2  # forward and backward
+    assert stats.compiled()["graph_fallbacks"] == 2  # forward and backward
     assert "simulated compiler bug" in caplog.text
 
 

@@ -189,24 +189,12 @@ def _user_kernel_call(c: UserKernelCall, taken: set[str]) -> list[str]:
 
 
 def _fallback(f: Fallback) -> list[str]:
-    if not _DOTTED.match(f.target):
-        raise ValueError(f"fallback target {f.target!r} is not a dotted op name")
-    args = [render_const(a) for a in f.args]
-    args += [f"{k}={render_const(v)}" for k, v in f.kwargs.items()]
-    call = f"torch.ops.{f.target}({', '.join(args)})"
+    """A declared fallback: the ATen op on the host, counted, with why it is not a kernel."""
     note = f"# declared fallback: {f.reason}".rstrip()
     if f.shapes:
         note += f" [{f.shapes}]"
-    out = [" ".join(note.splitlines()), f"host.count_fallback({f.target!r})"]
-    if not f.results:
-        out.append(call)
-    elif f.unpack:
-        out.append(f"{_targets(list(f.results))} = {call}")
-    else:
-        if len(f.results) != 1:
-            raise ValueError(f"fallback {f.target}: {len(f.results)} results but unpack=False")
-        out.append(f"{f.results[0]} = {call}")
-    return out
+    return [" ".join(note.splitlines()), f"host.count_fallback({f.target!r})",
+            _host_call(f.target, f.args, f.kwargs, f.results, f.unpack)]
 
 
 def _host_call(target: str, args: tuple, kwargs: dict, results: list[str], unpack: bool) -> str:

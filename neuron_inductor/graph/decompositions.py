@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from ..ir import contiguous_strides
 from .decompositions_gather import GATHER_DECOMPOSITIONS, index_put_accumulate
 from .decompositions_random import RANDOM_DECOMPOSITIONS
 from .decompositions_select import SELECT_DECOMPOSITIONS
@@ -74,11 +75,7 @@ def new_empty_strided(x: torch.Tensor, size, stride, *, dtype=None, layout=None,
                       pin_memory=None):
     """Uninitialised memory with contiguous strides (an autograd buffer, e.g. gpt-oss's backward):
     ``empty`` (lowered as a free constant); other strides stay with the fallback."""
-    expect, acc = [], 1
-    for s in reversed(list(size)):
-        expect.append(acc)
-        acc *= max(int(s), 1)
-    if list(stride) != list(reversed(expect)):
+    if tuple(stride) != contiguous_strides(size):
         return NotImplemented
     return aten.empty.memory_format(list(size), dtype=dtype or x.dtype, device=device or x.device)
 

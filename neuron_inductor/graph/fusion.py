@@ -24,12 +24,12 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from ..lowering.fused import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
+from ..lowering.fused_group import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
 from ..lowering.groups import Group, group_outputs, tensor_vals, unmerge, val, view_root  # noqa: F401
 from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
                                  takes_epilogue)
-from ..ir import TensorMeta
+from ..ir import TensorMeta, contiguous_strides
 
 aten = torch.ops.aten
 
@@ -42,11 +42,7 @@ def unsupported_dtype(n: fx.Node) -> str | None:
 
 
 def _contig_meta(shape) -> TensorMeta:
-    st, acc = [], 1
-    for s in reversed(list(shape)):
-        st.append(acc)
-        acc *= max(int(s), 1)
-    return TensorMeta(tuple(int(s) for s in shape), tuple(reversed(st)), 0, "float32")
+    return TensorMeta(tuple(int(s) for s in shape), contiguous_strides(shape), 0, "float32")
 
 
 def _fits(shape, domain) -> bool:

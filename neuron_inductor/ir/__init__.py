@@ -3,6 +3,6 @@ from .nodes import (DTYPE_BYTES, ENGINES, FLOAT_DTYPES, MEMORIES, OPCODES, Alloc
                     HBMTensor, Instr, Kernel, Loop, NameGen, Operand, Stmt, Tile, TileRegion, loop_var,
                     walk)
 from .program import (Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, UserKernelCall,
-                      View)
+                      View, contiguous_strides)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

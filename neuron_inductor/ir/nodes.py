@@ -3,6 +3,12 @@
 Data, not strings: lowering builds these objects, the verifier checks them against a ``Target``, the
 printer dumps them for humans, the cost model walks them, and only codegen turns them into NKI text.
 
+Nodes are frozen: every field is declared and set when the node is built (what a tensor is for, the
+host value a parameter binds, the loop depth a tile was allocated at), so a later stage reads what
+the lowering decided. Only the statement lists of a ``Loop`` and a ``Kernel`` grow, while the builder
+fills them. Opcodes, engines and operator names are checked against the instruction specification
+when an ``Instr`` is built: a misspelt ALU operator or activation function fails there.
+
 Memory model (the NKI memory hierarchy: HBM, SBUF, PSUM):
 * every HBM tensor a kernel sees is a *flat span* (1-D) of device memory; logical shapes, strides,
   broadcasting, transposes and slices are all expressed as access patterns (``HBMAccess``) into it,
@@ -18,7 +24,7 @@ from typing import Any, Union
 
 import sympy
 
-from ..spec import COMPUTE_INSTRS, ENGINES, INSTRS  # noqa: F401 - ENGINES re-exported
+from ..spec import COMPUTE_INSTRS, ENGINES, INSTRS, check_op_names  # noqa: F401 - ENGINES re-exported
 
 Expr = Union[sympy.Expr, int]
 
@@ -37,19 +43,20 @@ def loop_var(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class HBMTensor:
     """A kernel parameter or output: a flat span of ``numel`` elements in HBM.
 
     ``kind`` is ``"input"`` (read only), ``"output"`` (allocated by the kernel as ``shared_hbm`` and
     returned) or ``"inout"`` (a parameter the kernel writes; returned as NKI requires for mutated
-    parameters).
+    parameters). ``host_name`` is the host program's value a parameter binds (None for outputs).
     """
 
     name: str
     numel: int
     dtype: str
     kind: str = "input"
+    host_name: str | None = None
 
     def __post_init__(self) -> None:
         assert self.dtype in DTYPE_BYTES, f"HBM tensor {self.name}: dtype {self.dtype} has no hardware type"
@@ -59,14 +66,16 @@ class HBMTensor:
         return f"HBM({self.name}:{self.dtype}[{self.numel}],{self.kind})"
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Tile:
-    """An on-chip buffer. ``shape[0]`` is the partition axis."""
+    """An on-chip buffer. ``shape[0]`` is the partition axis. ``depth`` is the loop-nest depth of the
+    block that allocates it (the kernel body is 1): the builder recycles a tile only in that block."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     memory: str = "sbuf"
+    depth: int = 0
 
     def __post_init__(self) -> None:
         assert self.memory in MEMORIES, self.memory
@@ -158,14 +167,14 @@ class Loop:
         assert self.kind in ("affine", "sequential"), self.kind
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Alloc:
     """Declare an on-chip tile (``nl.ndarray(shape, dtype, buffer=nl.sbuf|nl.psum)``)."""
 
     tile: Tile
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Dma:
     """One DMA: HBM -> SBUF (load) or SBUF -> HBM (store), as ``nisa.dma_copy(dst=, src=)``.
     Sizes of both sides must agree element for element; a dtype difference is a cast."""
@@ -183,14 +192,14 @@ class Dma:
 OPCODES: dict[str, tuple[str, ...]] = {n: INSTRS[n].all_engines() for n in COMPUTE_INSTRS}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Instr:
     """One engine instruction, mirroring a destination-first ``nisa`` call.
 
     ``srcs`` are the tile (or immediate) operands by their nisa keyword (``data``, ``data1``,
     ``stationary``, ``operand0``, ``bias``, ``predicate``, ...); ``attrs`` the non-tensor keywords
     (``op``, ``op0``, ``axis``, ``accumulate``, ``scale``, ``pattern``, ...). ALU and activation
-    functions are named by their ``nl`` name (``"add"``, ``"exp"``).
+    functions are named by their ``nl`` name (``"add"``, ``"exp"``) or ``spec`` enum member.
     """
 
     engine: str
@@ -202,6 +211,7 @@ class Instr:
     def __post_init__(self) -> None:
         assert self.op in OPCODES, f"unknown opcode {self.op}"
         assert self.engine in OPCODES[self.op], f"{self.op} cannot run on {self.engine}"
+        check_op_names(self.op, self.attrs)
 
 
 Stmt = Union[Loop, Alloc, Dma, Instr]

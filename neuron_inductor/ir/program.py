@@ -7,9 +7,18 @@ declared collectives; anything else belongs in a kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 from .nodes import Kernel
+
+
+def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides of ``size``; an empty or unit dim steps like a unit one (as torch's do)."""
+    out, acc = [], 1
+    for s in reversed(list(size)):
+        out.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(out))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ region walks contiguously are merged, the largest merged dim goes on partitions 
 ragged last tile) and the rest become outer loops. The chosen axis is cut into chunks of at most
 ``chunk`` elements, walked in order (``sequential``) when a chunk depends on the previous one.
 
-The regions are hardware views (``indexing.Region``) with the same logical sizes; a non-unit stride
+The regions are hardware views (``regions.Region``) with the same logical sizes; a non-unit stride
 along ``axis`` is a strided DMA, which is legal but slower than a contiguous one. A region may walk
 a row dim backwards (negative stride: a reversed view); such dims become outer loops.
 """
@@ -20,9 +20,8 @@ import sympy
 
 from ..ir import HBMAccess
 from .builder import KernelBuilder, ceil_div
-from .indexing import Region, _maybe_loop, _ragged, merge
-
-PMAX = 128
+from .loops import Walk, maybe_loop, merge, ragged, walk
+from .regions import Region
 
 
 @dataclass
@@ -66,8 +65,8 @@ class Rows:
     @contextlib.contextmanager
     def chunks(self, kind: str = "affine") -> Iterator[Chunk]:
         """The chunks of the axis, in a loop of ``kind`` (``sequential`` when one carries into the next)."""
-        with _maybe_loop(self.kb, self.n_chunks, kind, "c") as jc:
-            yield Chunk(self, jc, _ragged(self.length, self.chunk, jc), self.chunk * jc)
+        with maybe_loop(self.kb, self.n_chunks, kind, "c") as jc:
+            yield Chunk(self, jc, ragged(self.length, self.chunk, jc), self.chunk * jc)
 
 
 def walk_rows(kb: KernelBuilder, sizes: Sequence[int], axis: int, regions: Sequence[Region], chunk: int,
@@ -89,18 +88,12 @@ def walk_rows(kb: KernelBuilder, sizes: Sequence[int], axis: int, regions: Seque
     length = int(sizes[axis])
     chunk = max(1, min(length, chunk))
 
-    def rec(k: int, offs: list[sympy.Expr]) -> None:
-        if k < len(outer):
-            a = outer[k]
-            with _maybe_loop(kb, dims[a], "affine", "l") as v:
-                rec(k + 1, [o + st[a] * v for o, st in zip(offs, strides)])
-            return
-        with _maybe_loop(kb, ceil_div(Ps, PMAX), "affine", "p") as ip:
-            body(Rows(kb, regions, axis, length, chunk, [o + st[P] * PMAX * ip for o, st in zip(offs, strides)],
-                      [st[P] for st in strides], _ragged(Ps, PMAX, ip), min(Ps, PMAX)))
-
-    rec(0, [sympy.Integer(0) for _ in regions])
+    pmax = kb.target.partitions
+    w = Walk(tuple(dims), tuple(tuple(st) for st in strides), tuple(outer), P, None, 1, pmax)
+    with walk(kb, w, chunks=False) as at:
+        body(Rows(kb, regions, axis, length, chunk, list(at.offs), [st[P] for st in strides], at.rows,
+                  min(Ps, pmax)))
     if kb.plan:
         kb.plan += "; "
-    kb.plan += (f"rows {dims} ({Ps} on partitions in tiles of {PMAX}) x axis {axis} of {length} on the free "
+    kb.plan += (f"rows {dims} ({Ps} on partitions in tiles of {pmax}) x axis {axis} of {length} on the free "
                 f"axis in chunks of {chunk}")

@@ -56,13 +56,14 @@ class KernelBuilder:
 
     # --- HBM ---------------------------------------------------------------------------------
     def param(self, host_name: str, numel: int, dtype: str, kind: str = "input") -> HBMTensor:
+        """The parameter binding host value ``host_name`` (one per value). A parameter the kernel
+        writes is declared ``inout`` before anything reads it: tensors are frozen once built."""
         t = self.params.get(host_name)
         if t is None:
-            t = HBMTensor(self.names("in"), numel, dtype, kind)
-            t.host_name = host_name  # type: ignore[attr-defined]
+            t = HBMTensor(self.names("in"), numel, dtype, kind, host_name)
             self.params[host_name] = t
-        elif kind == "inout":
-            t.kind = "inout"
+        elif kind == "inout" and t.kind != "inout":
+            raise ValueError(f"{host_name} is declared written after the kernel read it")
         return t
 
     def output(self, numel: int, dtype: str) -> HBMTensor:
@@ -94,8 +95,7 @@ class KernelBuilder:
         pool = self._pools[-1].get(key)
         if pool:
             return pool.pop()
-        t = Tile(self.names(prefix), tuple(int(s) for s in shape), dtype, memory)
-        t.depth = len(self._blocks)  # type: ignore[attr-defined]
+        t = Tile(self.names(prefix), tuple(int(s) for s in shape), dtype, memory, len(self._blocks))
         self.add(Alloc(t))
         return t
 
@@ -103,7 +103,7 @@ class KernelBuilder:
         """Return a tile to the pool once its value is dead. Only tiles of the current block are
         recycled: reusing an outer block's tile inside an affine loop would make its iterations
         write the same memory."""
-        if getattr(tile, "depth", -1) == len(self._blocks):
+        if tile.depth == len(self._blocks):
             pool = self._pools[-1].setdefault((tile.shape, tile.dtype, tile.memory), [])
             if all(t is not tile for t in pool):  # a second release must not hand it out twice
                 pool.append(tile)

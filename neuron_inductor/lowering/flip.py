@@ -19,9 +19,10 @@ import torch
 import torch.fx as fx
 
 from ..ir import TileRegion
-from .along_axis import PMAX, Chunk, Rows, walk_rows
+from .along_axis import Chunk, Rows, walk_rows
 from .builder import KernelBuilder
-from .indexing import LRegion, _arg, _fc, _norm_dim, copy_phase, output_region, source_region
+from .indexing import _arg, _fc, _norm_dim, copy_phase
+from .regions import LRegion, output_region, source_region
 from .layout import word_scale
 from .registry import register_kernel
 
@@ -32,7 +33,7 @@ def flip_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, dim: int, chunk: i
     """``dst = src.flip(dim)`` (equal sizes and dtypes)."""
     length = dst.sizes[dim]
     C = max(1, min(length, chunk))
-    idx = kb.tile((PMAX, C), "uint32", prefix="rev")
+    idx = kb.tile((kb.target.partitions, C), "uint32", prefix="rev")
     kb.instr("gpsimd", "iota", idx.full(), {}, pattern=[[-1, C]], offset=C - 1, channel_multiplier=0)
     for w in range(word_scale(dst.dtype)):
         d, s = dst.word(w), src.word(w)

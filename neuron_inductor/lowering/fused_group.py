@@ -15,8 +15,6 @@ import torch.fx as fx
 from ..ir import Alloc, Loop, TensorMeta
 from .builder import KernelBuilder
 
-PMAX = 128
-
 
 @dataclass(eq=False)
 class Group:
@@ -88,22 +86,6 @@ def reduce_dims(node: fx.Node) -> tuple[list[int], bool]:
     return sorted({d % nd for d in dims}), bool(keep)
 
 
-def _split_rows(n: int) -> int:
-    """Partitions for a flat span of ``n`` elements: the largest divisor of ``n`` up to 128, used when
-    it keeps at least a quarter of the partitions busy and leaves >= 2 elements per partition (a
-    span of 154800 = 2*129*600 runs as [120, 1290] instead of one partition of 154800); else 1."""
-    if n < 2 * 32:
-        return 1
-    d = next(d for d in range(min(PMAX, n // 2), 0, -1) if n % d == 0)
-    return d if d >= 32 else 1
-
-
-def _contig(shape) -> list[int]:
-    st, acc = [], 1
-    for s in reversed(list(shape)):
-        st.append(acc)
-        acc *= max(int(s), 1)
-    return list(reversed(st))
 
 
 def sbuf_peak(body: list) -> int:

@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from ..config import Config
-from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View
+from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMeta, View, contiguous_strides
 from ..ir.program import RngKey
 from ..target import Target, get_target
 from .builder import KernelBuilder
@@ -51,11 +51,7 @@ def _gapless(m: TensorMeta) -> TensorMeta:
     strides instead; its consumers read it through the meta recorded here."""
     if m.numel == 0 or m.extent == m.numel:
         return m
-    stride, acc = [], 1
-    for s in reversed(m.size):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return TensorMeta(m.size, tuple(reversed(stride)), 0, m.dtype)
+    return TensorMeta(m.size, contiguous_strides(m.size), 0, m.dtype)
 
 
 def _describe(n: fx.Node) -> str:

@@ -7,217 +7,35 @@ out), fills it with a constant (memset once, stores), or moves whole rows throug
 program order, so a later phase may overwrite what an earlier one wrote (the border fill of a pad,
 the base copy under a ``slice_scatter``/``index_put``).
 
-Regions are plain (offset, sizes, strides) triples over a flat HBM span. Before a phase is emitted,
-size-1 dims are dropped and adjacent dims that every region addresses contiguously are merged, so a
-copy of a contiguous block becomes few large DMAs whatever its rank. The last merged dim is the free
-axis (chunks of at most ``cfg.free_chunk`` elements), the largest other dim the partition axis (tiles
-of 128 rows, ragged last tile), the rest outer loops. int64 tensors are int32 word pairs: copied
-int64 -> int64 as a trailing pair dim; anything widened to int64 gets its high word (the sign) stored.
+Regions and the tile walk of a phase live in ``regions.py`` (the plan: merged dims, partition and
+free axes, chunks); this module holds the phases' emitters and the op lowerings. int64 tensors are
+int32 word pairs: copied int64 -> int64 as a trailing pair dim; anything widened to int64 gets its
+high word (the sign) stored.
 """
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
 
 import sympy
 import torch
 import torch.fx as fx
 
-from ..ir import HBMAccess, HBMTensor, Tile, TileRegion
-from .builder import KernelBuilder, ceil_div
-from .layout import broadcast_strides, hw_dtype, word_scale
+from ..ir import HBMAccess, TileRegion
+from .builder import KernelBuilder
+from .layout import hw_dtype, word_scale
+from .loops import merge, nest, offsets, tiles
+from .regions import It, LRegion, output_region, phase_tile, source_region, walk_regions
 from .registry import register_kernel
 
 aten = torch.ops.aten
-PMAX = 128
-
-
-# ----------------------------------------------------------------------------------------- regions
-
-@dataclass(frozen=True)
-class LRegion:
-    """A logical view (in logical elements) of a flat HBM tensor holding torch dtype ``dtype``."""
-
-    tensor: HBMTensor
-    dtype: str
-    offset: int
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= s
-        return n
-
-    def narrow(self, dim: int, start: int, length: int, step: int = 1) -> "LRegion":
-        sizes, strides = list(self.sizes), list(self.strides)
-        off = self.offset + start * strides[dim]
-        sizes[dim], strides[dim] = length, strides[dim] * step
-        return replace(self, offset=off, sizes=tuple(sizes), strides=tuple(strides))
-
-    def select(self, dim: int, index: int) -> "LRegion":
-        return replace(self, offset=self.offset + index * self.strides[dim],
-                       sizes=self.sizes[:dim] + self.sizes[dim + 1:],
-                       strides=self.strides[:dim] + self.strides[dim + 1:])
-
-    def expand(self, sizes: Sequence[int]) -> "LRegion":
-        st = broadcast_strides(self.sizes, self.strides, list(sizes))
-        if st is None:
-            raise NotImplementedError(f"cannot broadcast {list(self.sizes)} to {list(sizes)}")
-        return replace(self, sizes=tuple(sizes), strides=tuple(st))
-
-    def hw(self) -> "Region":
-        """Hardware view; an int64 tensor gets a trailing (stride 1, count 2) word-pair dim."""
-        if self.dtype == "int64":
-            return Region(self.tensor, 2 * self.offset, self.sizes + (2,),
-                          tuple(2 * s for s in self.strides) + (1,))
-        return Region(self.tensor, self.offset, self.sizes, self.strides)
-
-    def word(self, w: int) -> "Region":
-        """Hardware view of word ``w`` (0 = low, 1 = high) of every element (int64 only)."""
-        k = word_scale(self.dtype)
-        return Region(self.tensor, k * self.offset + w, self.sizes, tuple(k * s for s in self.strides))
-
-
-@dataclass(frozen=True)
-class Region:
-    """A hardware view: (offset, sizes, strides) in hardware elements of a flat HBM tensor."""
-
-    tensor: HBMTensor
-    offset: int
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-
-
-def source_region(kb: KernelBuilder, src) -> LRegion:
-    """The kernel parameter holding a ``Source`` and the value's logical view in it."""
-    t = kb.param(src.host, src.base_extent * word_scale(src.base_dtype), hw_dtype(src.base_dtype))
-    m = src.meta
-    return LRegion(t, src.base_dtype, m.storage_offset, tuple(m.size), tuple(m.stride))
-
-
-def output_region(out_tensors: dict, out_meta: dict, n: fx.Node) -> LRegion:
-    m = out_meta[n]
-    return LRegion(out_tensors[n], m.dtype, m.storage_offset, tuple(m.size), tuple(m.stride))
-
-
-# ----------------------------------------------------------------------------------------- planning
-
-def merge(sizes: Sequence[int], strides_list: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
-    """Drop size-1 dims and merge neighbours that every region walks contiguously (row-major)."""
-    keep = [i for i, s in enumerate(sizes) if s != 1]
-    dims: list[int] = []
-    out: list[list[int]] = [[] for _ in strides_list]
-    for i in keep:
-        if dims and all(st[-1] == src[i] * sizes[i] for st, src in zip(out, strides_list)):
-            dims[-1] *= sizes[i]
-            for st, src in zip(out, strides_list):
-                st[-1] = src[i]
-            continue
-        dims.append(sizes[i])
-        for st, src in zip(out, strides_list):
-            st.append(src[i])
-    return dims, out
-
-
-def _split_flat(dims: list[int], strides: list[list[int]], free_chunk: int) -> None:
-    """A single long dim becomes [p, n/p] so the copy uses up to 128 partitions."""
-    if len(dims) != 1 or dims[0] <= free_chunk:
-        return
-    n = dims[0]
-    p = next((d for d in range(PMAX, 1, -1) if n % d == 0), 1)
-    if p > 1:
-        dims[:] = [p, n // p]
-        for st in strides:
-            st[:] = [st[0] * (n // p), st[0]]
-
-
-@contextlib.contextmanager
-def _maybe_loop(kb: KernelBuilder, extent: int, kind: str, prefix: str) -> Iterator[sympy.Expr]:
-    if extent == 1:
-        yield sympy.Integer(0)
-    else:
-        with kb.loop(extent, kind, prefix) as v:
-            yield v
-
-
-def _ragged(total: int, step: int, var: sympy.Expr) -> sympy.Expr:
-    if total <= step:
-        return sympy.Integer(total)
-    if total % step == 0:
-        return sympy.Integer(step)
-    return sympy.Min(step, total - step * var)
-
-
-@dataclass
-class It:
-    """One tile iteration of a phase: per-region element offsets and partition/free strides."""
-
-    offs: list[sympy.Expr]
-    pstr: list[int]
-    fstr: list[int]
-    rows: sympy.Expr
-    cols: sympy.Expr
-    tile_rows: int
-    tile_cols: int
-    looped: bool
-
-    def access(self, k: int, r: Region) -> HBMAccess:
-        return HBMAccess(r.tensor, sympy.expand(r.offset + self.offs[k]),
-                         ((self.pstr[k], self.rows), (self.fstr[k], self.cols)))
-
-
-def _tile(kb: KernelBuilder, it: It, dtype: str, free_chunk: int, prefix: str) -> Tile:
-    # a phase without loops allocates at kernel level: use one canonical shape so consecutive
-    # loopless phases share (pooled) tiles instead of piling up SBUF
-    shape = (it.tile_rows, it.tile_cols) if it.looped else (PMAX, free_chunk)
-    return kb.tile(shape, dtype, prefix=prefix)
-
-
-def walk_regions(kb: KernelBuilder, sizes: Sequence[int], regions: Sequence[Region], free_chunk: int,
-                 body: Callable[[It], None]) -> None:
-    """Call ``body`` once per tile of the joint iteration space of ``regions`` (same ``sizes``)."""
-    for r in regions:
-        assert tuple(r.sizes) == tuple(sizes), (r.sizes, sizes)
-    dims, strides = merge(sizes, [r.strides for r in regions])
-    if not dims:
-        dims, strides = [1], [[0] for _ in regions]
-    _split_flat(dims, strides, free_chunk)
-    F = len(dims) - 1
-    P = max(range(F), key=lambda a: (dims[a], a)) if F > 0 else None
-    outer = [a for a in range(F) if a != P]
-    Ps = dims[P] if P is not None else 1
-    Fs = dims[F]
-    fc = min(Fs, free_chunk)
-    looped = any(dims[a] > 1 for a in outer) or Ps > PMAX or Fs > fc
-
-    def rec(k: int, offs: list[sympy.Expr]) -> None:
-        if k < len(outer):
-            a = outer[k]
-            with _maybe_loop(kb, dims[a], "affine", "l") as v:
-                rec(k + 1, [o + st[a] * v for o, st in zip(offs, strides)])
-            return
-        with _maybe_loop(kb, ceil_div(Ps, PMAX), "affine", "p") as ip:
-            with _maybe_loop(kb, ceil_div(Fs, fc), "affine", "f") as jf:
-                o2 = [o + (st[P] * PMAX * ip if P is not None else 0) + st[F] * fc * jf
-                      for o, st in zip(offs, strides)]
-                body(It(o2, [st[P] if P is not None else 0 for st in strides], [st[F] for st in strides],
-                        _ragged(Ps, PMAX, ip), _ragged(Fs, fc, jf), min(Ps, PMAX), fc, looped))
-
-    rec(0, [sympy.Integer(0) for _ in regions])
-    if kb.plan:
-        kb.plan += "; "
-    kb.plan += f"phase over {dims} (partition {Ps}, free {Fs} in chunks of {fc})"
 
 
 # ----------------------------------------------------------------------------------------- phases
 
 def _sign_word(kb: KernelBuilder, src: TileRegion, it: It, free_chunk: int) -> TileRegion:
     """The high word of an int64 whose low word is ``src``: 0 or -1."""
-    hi = _tile(kb, it, "int32", free_chunk, "hi").region(it.rows, it.cols)
+    hi = phase_tile(kb, it, "int32", free_chunk, "hi").region(it.rows, it.cols)
     kb.instr("vector", "tensor_scalar", hi, {"data": src, "operand0": 0.0, "operand1": -1.0},
              op0="less", op1="multiply")
     return hi
@@ -233,7 +51,7 @@ def copy_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, free_chunk: int) -
         sizes = d.sizes
 
         def body(it: It) -> None:
-            t = _tile(kb, it, d.tensor.dtype, free_chunk, "t")
+            t = phase_tile(kb, it, d.tensor.dtype, free_chunk, "t")
             reg = t.region(it.rows, it.cols)
             kb.dma(reg, it.access(1, s))
             kb.dma(it.access(0, d), reg)
@@ -251,11 +69,11 @@ def copy_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, free_chunk: int) -
     regions = [lo, s] + ([dst.word(1)] if dst.dtype == "int64" else [])
 
     def body(it: It) -> None:
-        t = _tile(kb, it, tdt, free_chunk, "t")
+        t = phase_tile(kb, it, tdt, free_chunk, "t")
         reg = t.region(it.rows, it.cols)
         kb.dma(reg, it.access(1, s))
         if dst.dtype == "bool":
-            b = _tile(kb, it, "uint8", free_chunk, "b")
+            b = phase_tile(kb, it, "uint8", free_chunk, "b")
             breg = b.region(it.rows, it.cols)
             kb.instr("vector", "tensor_scalar", breg, {"data": reg, "operand0": 0.0}, op0="not_equal")
             kb.dma(it.access(0, lo), breg)
@@ -287,7 +105,7 @@ def fill_phase(kb: KernelBuilder, dst: LRegion, value: Any, free_chunk: int) -> 
         words = [(dst.word(0), int(value))]
     for region, v in words:
         def body(it: It, region=region, v=v) -> None:
-            t = _tile(kb, it, region.tensor.dtype, free_chunk, "fill")
+            t = phase_tile(kb, it, region.tensor.dtype, free_chunk, "fill")
             reg = t.region(it.rows, it.cols)
             kb.instr("vector", "memset", reg, {}, value=v)
             kb.dma(it.access(0, region), reg)
@@ -356,7 +174,8 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
     router = list(range(F))
     Ps, Fs = idims[P], rdims[F]
     fc = min(Fs, free_chunk)
-    looped = any(idims[a] > 1 for a in iouter) or Ps > PMAX or any(rdims[a] > 1 for a in router) \
+    pmax = kb.target.partitions
+    looped = any(idims[a] > 1 for a in iouter) or Ps > pmax or any(rdims[a] > 1 for a in router) \
         or Fs > fc
     t_off = k * table.offset
     d_off = k * direct.offset
@@ -364,16 +183,12 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
     dim_size = table.sizes[dim]
     view = _row_view(table.tensor.numel, row_stride, dim_size)
 
-    def rest_loops(j: int, toff, doff, ind: TileRegion, rows) -> None:
-        if j < len(router):
-            a = router[j]
-            with _maybe_loop(kb, rdims[a], "affine", "r") as v:
-                rest_loops(j + 1, toff + t_st[a] * v, doff + d_st[a] * v, ind, rows)
-            return
-        with _maybe_loop(kb, ceil_div(Fs, fc), "affine", "f") as jf:
-            cols = _ragged(Fs, fc, jf)
-            it = It([], [], [], rows, cols, min(Ps, PMAX), fc, looped)
-            t = _tile(kb, it, table.tensor.dtype, free_chunk, "rows")
+    def rest_loops(toff, doff, ind: TileRegion, rows) -> None:
+        with nest(kb, [rdims[a] for a in router], "affine", "r") as rv, \
+                tiles(kb, Fs, fc, "affine", "f") as (jf, cols):
+            toff, doff = offsets([t_st, d_st], router, rv, [toff, doff])
+            it = It([], [], [], rows, cols, min(Ps, pmax), fc, looped)
+            t = phase_tile(kb, it, table.tensor.dtype, free_chunk, "rows")
             reg = t.region(rows, cols)
             tab = HBMAccess(table.tensor, sympy.expand(toff + t_st[F] * fc * jf),
                             ((row_stride, rows), (t_st[F], cols)), indirect=ind, view=view)
@@ -387,43 +202,36 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
                 kb.dma(tab, reg)
             kb.release(t)
 
-    def idx_loops(j: int, ioff, doff) -> None:
-        if j < len(iouter):
-            a = iouter[j]
-            with _maybe_loop(kb, idims[a], "affine", "l") as v:
-                idx_loops(j + 1, ioff + i_str[a] * v, doff + di_str[a] * v)
-            return
-        with _maybe_loop(kb, ceil_div(Ps, PMAX), "affine", "p") as ip:
-            rows = _ragged(Ps, PMAX, ip)
-            it = It([], [], [], rows, sympy.Integer(1), min(Ps, PMAX), 1, looped)
-            shape = (it.tile_rows, 1) if looped else (PMAX, 1)
-            src = HBMAccess(index.tensor, sympy.expand(ioff + i_str[P] * PMAX * ip),
-                            ((i_str[P], rows), (1, 1)))
-            # the offsets tile is uint32; the int32 -> uint32 DMA casts through fp32, exact below 2^24
-            itile = kb.tile(shape, "uint32", prefix="idx")
-            ind = itile.region(rows, 1)
-            if wrap_negative:  # idx += (idx < 0) * dim_size, as torch's advanced indexing does
-                raw = kb.tile(shape, "int32", prefix="raw")
-                rreg = raw.region(rows, 1)
-                kb.dma(rreg, src)
-                neg = kb.tile(shape, "int32", prefix="neg")
-                nreg = neg.region(rows, 1)
-                kb.instr("vector", "tensor_scalar", nreg, {"data": rreg, "operand0": 0.0,
-                                                           "operand1": float(dim_size)},
-                         op0="less", op1="multiply")
-                kb.instr("vector", "tensor_tensor", ind, {"data1": rreg, "data2": nreg}, op="add")
-                kb.release(neg)
-                kb.release(raw)
-            else:
-                kb.dma(ind, src)
-            rest_loops(0, t_off, doff + di_str[P] * PMAX * ip, ind, rows)
-            kb.release(itile)
-
-    idx_loops(0, i_off, d_off)
+    with nest(kb, [idims[a] for a in iouter], "affine", "l") as lv, \
+            tiles(kb, Ps, pmax, "affine", "p") as (ip, rows):
+        ioff, doff = offsets([i_str, di_str], iouter, lv, [i_off, d_off])
+        it = It([], [], [], rows, sympy.Integer(1), min(Ps, pmax), 1, looped)
+        shape = (it.tile_rows, 1) if looped else (pmax, 1)
+        src = HBMAccess(index.tensor, sympy.expand(ioff + i_str[P] * pmax * ip),
+                        ((i_str[P], rows), (1, 1)))
+        # the offsets tile is uint32; the int32 -> uint32 DMA casts through fp32, exact below 2^24
+        itile = kb.tile(shape, "uint32", prefix="idx")
+        ind = itile.region(rows, 1)
+        if wrap_negative:  # idx += (idx < 0) * dim_size, as torch's advanced indexing does
+            raw = kb.tile(shape, "int32", prefix="raw")
+            rreg = raw.region(rows, 1)
+            kb.dma(rreg, src)
+            neg = kb.tile(shape, "int32", prefix="neg")
+            nreg = neg.region(rows, 1)
+            kb.instr("vector", "tensor_scalar", nreg, {"data": rreg, "operand0": 0.0,
+                                                       "operand1": float(dim_size)},
+                     op0="less", op1="multiply")
+            kb.instr("vector", "tensor_tensor", ind, {"data1": rreg, "data2": nreg}, op="add")
+            kb.release(neg)
+            kb.release(raw)
+        else:
+            kb.dma(ind, src)
+        rest_loops(t_off, doff + di_str[P] * pmax * ip, ind, rows)
+        kb.release(itile)
     if kb.plan:
         kb.plan += "; "
     kb.plan += (f"{'gather' if gather else 'scatter'} of {Ps} index position(s) per "
-                f"{[idims[a] for a in iouter]} on partitions (tiles of {PMAX}), rows of {rdims} "
+                f"{[idims[a] for a in iouter]} on partitions (tiles of {pmax}), rows of {rdims} "
                 f"(free {Fs} in chunks of {fc})")
 
 

@@ -8,6 +8,8 @@ runs on it before the single store.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy
 import torch
 import torch.fx as fx
@@ -15,13 +17,13 @@ import torch.fx as fx
 from ..config import Config
 from ..ir import HBMAccess, TileRegion
 from .builder import KernelBuilder, TVal, ceil_div
-from .fused import PMAX, FusedGroup, Source, _Ctx, _FusedLowering
+from .fused import FusedEmitter, FusedGroup, Source
+from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
+from .loops import maybe_loop, ragged
 from .registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
-NMAX = 512
-KMAX = 128
 
 
 def _operand(kb: KernelBuilder, src: Source, batch_vars, batch_axes_strides, row_ax: int,
@@ -41,6 +43,7 @@ def _operand(kb: KernelBuilder, src: Source, batch_vars, batch_axes_strides, row
 def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
                  out_tensors: dict, out_meta: dict, cfg: Config) -> None:
     mm = next(n for n in group.nodes if n.target in (aten.mm.default, aten.bmm.default))
+    PMAX, KMAX, NMAX = kb.target.partitions, kb.target.matmul_k_max, kb.target.matmul_n_max
     a, b = mm.args[0], mm.args[1]
     if a in group.members or b in group.members:
         raise LoweringError("matmul operands computed in the same kernel")
@@ -52,25 +55,20 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     M, N = out_shape[-2:]
     K = a.meta["val"].shape[-1]
     D = out_shape
-    lw = _FusedLowering(FusedGroup(group.nodes, group.outputs, tuple(D)), sources, kb, NMAX)
-    lw.out_tensors, lw.out_meta = out_tensors, out_meta
-    lw.seeded = {mm}
-    lw.plan(merge=False)
-    lw.P, lw.F = nb, nb + 1
-    lw.p_reduced, lw.accumulate = False, False
-    lw.fc_size = lw.fc = min(N, NMAX)
-    lw.loop_vars = {}
-    lw.ctx = _Ctx(lw)
+    # the epilogue walks the output's own axes: rows on partitions, columns on the free axis
+    tp = plan_tiles(FusedGroup(group.nodes, group.outputs, tuple(D)), sources, kb.target, NMAX,
+                    seeded=frozenset({mm}), merge=False)
+    lw = FusedEmitter(replace(tp, P=nb, F=nb + 1, fc=min(N, NMAX)), sources, kb, out_tensors, out_meta)
     in_dt = hw_dtype(sa.base_dtype)
     nm, nn, nk = ceil_div(M, PMAX), ceil_div(N, NMAX), ceil_div(K, KMAX)
     kb.plan = (f"matmul [{'x'.join(map(str, out_shape[:-2])) or '-'}] {M}x{K} @ {K}x{N} ({in_dt}); "
-               f"output tiles {PMAX}x{lw.fc} in PSUM, K in {nk} step(s) of {KMAX} accumulated in PSUM; "
+               f"output tiles {PMAX}x{lw.tp.fc} in PSUM, K in {nk} step(s) of {KMAX} accumulated in PSUM; "
                f"epilogue: {len(group.nodes) - 1} fused op(s)")
 
     def batch_loops(k: int, bvars: list):
         if k < nb:
-            with lw._loop(D[k], "affine", "b") as v:
-                lw.loop_vars[k] = v
+            with maybe_loop(kb, D[k], "affine", "b") as v:
+                lw.at.loop_vars[k] = v
                 batch_loops(k + 1, bvars + [v])
             return
         tiles(bvars)
@@ -142,16 +140,16 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     nw = 2 if (not rhs_tr and nn % 2 == 0 and 2 * bm <= kb.target.psum_banks
                and sbuf_use(bm, CW, False) + 2 * NMAX * esz <= budget) else 1
     if rhs_tr or rhs_res:
-        lw.fc_size = lw.fc = min(N, CW)
+        lw.tp = replace(lw.tp, fc=min(N, CW))
     kb.plan += (f"; M blocked by {bm} tile(s) with lhs^T hoisted over K"
                 f"{' (TensorE transposes)' if lhs_tr else ''}, rhs{' transposed on TensorE' if rhs_tr else ''}"
                 f" reused by the block" + (f" in {CW}-column tiles, row tiles looped inside" if rhs_tr else ""))
 
     def sub_rows(mt):
-        return sympy.Min(PMAX, M - PMAX * mt) if (M % PMAX and nm > 1) else sympy.Integer(min(M, PMAX))
+        return ragged(M, PMAX, mt)
 
     def krows_of(kk):
-        return sympy.Min(KMAX, K - KMAX * kk) if (K % KMAX and nk > 1) else sympy.Integer(min(K, KMAX))
+        return ragged(K, KMAX, kk)
 
     def lhs_col(i, kk, nb: int):
         # lhs^T block layout of a block of nb row tiles. TensorE-transposed: row tile i, k tile kk ->
@@ -175,7 +173,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         ``per`` k tiles of one stage, or one k tile of every stage, share one PSUM bank and one
         eviction."""
         nblk = per * len(stages)
-        with lw._loop(qn // per, "affine", "kt") as kg:
+        with maybe_loop(kb, qn // per, "affine", "kt") as kg:
             kk0 = q0 + kg * per
             krows = krows_of(kk0)
             # a TensorE transpose writes the input's dtype ("dst must have the same data type as
@@ -193,7 +191,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
 
     def load_lhsT(lhsT, m0, nb: int, bvars) -> None:
         if lhs_tr:
-            with lw._loop(nb, "affine", "li") as i:
+            with maybe_loop(kb, nb, "affine", "li") as i:
                 mt = m0 + i
                 rows = sub_rows(mt)
                 st = kb.tile((PMAX, KC), in_dt, prefix="lhs_rows")
@@ -202,28 +200,28 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
             return
         # the block's rows [m0*128, +width) of every k row in one DMA per k tile
         width = sympy.Min(nb * PMAX, M - PMAX * m0) if M % PMAX else sympy.Integer(nb * PMAX)
-        with lw._loop(nk, "affine", "kl") as kk:
+        with maybe_loop(kb, nk, "affine", "kl") as kk:
             krows = krows_of(kk)
             kb.dma(TileRegion(lhsT, (0, lhs_col(0, kk, nb)), (krows, width)),
                    _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
                             KMAX * kk, krows, PMAX * m0, width))
 
     def evict(acc, mt, rows, fcv, cw) -> None:
-        lw.ip = mt
-        lw.rows = rows
-        lw.fcv = fcv
-        lw.cols = cw
-        res = kb.tile((PMAX, lw.fc), "float32", prefix="res")
+        lw.at.ip = mt
+        lw.at.rows = rows
+        lw.at.fcv = fcv
+        lw.at.cols = cw
+        res = kb.tile((PMAX, lw.tp.fc), "float32", prefix="res")
         resr = res.region(rows, cw)
         kb.copy("vector", resr, acc.region(rows, cw))
         lw.vals = {mm: TVal("full", resr)}
-        lw._eval(accs={})
+        lw.eval(accs={})
 
     def columns_resident(lhsT, m0, nb: int, bvars, direct: bool) -> None:
         ncw = ceil_div(N, CW)
         nsub = CW // PMAX
-        with lw._loop(ncw, "affine", "n") as jn:
-            cols = sympy.Min(CW, N - CW * jn) if (N % CW and ncw > 1) else sympy.Integer(min(N, CW))
+        with maybe_loop(kb, ncw, "affine", "n") as jn:
+            cols = ragged(N, CW, jn)
             rhsT = kb.tile((KMAX, nk * CW), in_dt, prefix="rhsT")
             # a ragged last column tile has empty 128-column sub-blocks: they transpose one
             # in-bounds row into columns the matmul never reads
@@ -233,7 +231,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                 # spread over several DMA queues: one queue issues one transfer per fixed cost
                 nq = next(d for d in (4, 2, 1) if nk % d == 0)
                 for qd in range(nq):
-                    with lw._loop(nk // nq, "affine", "kr") as kr:
+                    with maybe_loop(kb, nk // nq, "affine", "kr") as kr:
                         kk = kr * nq + qd
                         kb.dma(TileRegion(rhsT, (0, kk * CW), (krows_of(kk), cols)),
                                _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
@@ -242,11 +240,11 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                 sts = [kb.tile((PMAX, KC), in_dt, prefix="rhs_rows") for _ in subs]
                 stage_rows(sts, sb, bvars, rb, rb - 1, rb - 2, subs, 0, nk)
                 transpose_chunk(sts, [n for _, n in subs], 0, nk, rhsT, lambda kk: kk * CW, 1, "scalar")
-            with lw._loop(nb, "affine", "mi") as i:
+            with maybe_loop(kb, nb, "affine", "mi") as i:
                 mt = m0 + i
                 rows = sub_rows(mt)
-                acc = kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc")
-                with lw._loop(nk, "affine", "k") as kk:
+                acc = kb.tile((PMAX, lw.tp.fc), "float32", "psum", prefix="acc")
+                with maybe_loop(kb, nk, "affine", "k") as kk:
                     krows = krows_of(kk)
                     kb.instr("tensor", "nc_matmul", acc.region(rows, cols),
                              {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
@@ -259,7 +257,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         # divisor (86 = 2 x 43 for 11008 rows) keeps tall blocks and so few passes over the rhs
         full, tail = divmod(nm, bm)
         if full:
-            with lw._loop(full, "affine", "mb") as mb:
+            with maybe_loop(kb, full, "affine", "mb") as mb:
                 block(bvars, mb * bm, bm)
         if tail:  # a scope of its own, so its tiles are not live beside the full blocks'
             with kb.loop(1, "affine", "mt"):
@@ -273,15 +271,15 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         if rhs_tr or rhs_res:
             columns_resident(lhsT, m0, nb, bvars, direct=not rhs_tr)
             return
-        with lw._loop(nn // nw, "affine", "n") as jn:
+        with maybe_loop(kb, nn // nw, "affine", "n") as jn:
             def cols_of(jt):
-                return sympy.Min(NMAX, N - NMAX * jt) if (N % NMAX and nn > 1) else sympy.Integer(min(N, NMAX))
+                return ragged(N, NMAX, jt)
             cols = cols_of(jn) if nw == 1 else (
                 sympy.Min(nw * NMAX, N - nw * NMAX * jn) if N % NMAX else sympy.Integer(nw * NMAX))
-            accs = [kb.tile((PMAX, lw.fc), "float32", "psum", prefix="acc") for _ in range(nb * nw)]
-            with lw._loop(nk, "affine", "k") as kk:
+            accs = [kb.tile((PMAX, lw.tp.fc), "float32", "psum", prefix="acc") for _ in range(nb * nw)]
+            with maybe_loop(kb, nk, "affine", "k") as kk:
                 krows = krows_of(kk)
-                rhs_t = kb.tile((KMAX, nw * lw.fc), in_dt, prefix="rhs")
+                rhs_t = kb.tile((KMAX, nw * lw.tp.fc), in_dt, prefix="rhs")
                 rhs_r = rhs_t.region(krows, cols)
                 kb.dma(rhs_r, _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
                                        KMAX * kk, krows, nw * NMAX * jn, cols))

@@ -19,7 +19,6 @@ from __future__ import annotations
 from ..ir import Tile, TileRegion
 from .builder import KernelBuilder, ceil_div
 
-PMAX = 128
 FLOATS = ("float32", "bfloat16", "float16")
 
 
@@ -59,7 +58,7 @@ class ColumnSums:
     def ones(self, dtype: str) -> Tile:
         """A ``[128, 1]`` column of ones (allocated before the loops, once per dtype)."""
         if dtype not in self._ones:
-            t = self.kb.tile((PMAX, 1), dtype, prefix="ones")
+            t = self.kb.tile((self.kb.target.partitions, 1), dtype, prefix="ones")
             self.kb.memset(t.full(), 1.0)
             self._ones[dtype] = t
         return self._ones[dtype]
@@ -105,6 +104,7 @@ def broadcast_partitions(kb: KernelBuilder, row: TileRegion, cols: int, scratch:
                          ones: Tile) -> Tile:
     """A ``[128, cols]`` tile whose every partition holds ``row`` (``[1, cols]``): TensorE multiplies
     it by a ``[1, 128]`` row of ones, one PSUM bank at a time, and VectorE evicts each block."""
+    PMAX = kb.target.partitions
     dst = kb.tile((PMAX, cols), row.dtype, prefix="bcast")
     bw = bank_cols(kb)
     for j in range(ceil_div(cols, bw)):

@@ -12,7 +12,8 @@ import torch
 import torch.fx as fx
 
 from .builder import KernelBuilder
-from .indexing import LRegion, _fc, copy_phase, output_region, source_region
+from .indexing import _fc, copy_phase
+from .regions import LRegion, output_region, source_region
 from .registry import register_kernel
 
 aten = torch.ops.aten

@@ -22,9 +22,10 @@ from dataclasses import replace
 import torch
 import torch.fx as fx
 
-from .along_axis import PMAX, Chunk, Rows, walk_rows
+from .along_axis import Chunk, Rows, walk_rows
 from .builder import KernelBuilder
-from .indexing import _arg, _fc, _norm_dim, output_region, source_region
+from .indexing import _arg, _fc, _norm_dim
+from .regions import output_region, source_region
 from .integers import EXACT
 from .registry import register_kernel
 from .scan_int64 import lower_int64_cumsum
@@ -77,7 +78,7 @@ def lower_scan(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, 
     src = xr.word(0)
     words = [out.word(0)] + ([out.word(1)] if out.dtype == "int64" else [])
     chunk = _fc(cfg)
-    ones = kb.tile((PMAX, min(length, chunk)), "float32", prefix="ones")
+    ones = kb.tile((kb.target.partitions, min(length, chunk)), "float32", prefix="ones")
     kb.memset(ones.full(), 1.0)
     kb.plan = f"{op} along dim {d} ({length}) with tensor_tensor_scan"
 

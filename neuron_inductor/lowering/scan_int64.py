@@ -14,9 +14,9 @@ raise ``NotImplementedError``: a declared fallback.
 from __future__ import annotations
 
 from ..ir import TileRegion
-from .along_axis import PMAX, Chunk, Rows, walk_rows
+from .along_axis import Chunk, Rows, walk_rows
 from .builder import KernelBuilder
-from .indexing import LRegion
+from .regions import LRegion
 from .integers import EXACT
 
 #: longest axis whose byte prefix sums fp32 holds exactly
@@ -33,7 +33,7 @@ def lower_int64_cumsum(kb: KernelBuilder, xr: LRegion, out: LRegion, d: int) -> 
     words_in = [xr.word(0)] + ([xr.word(1)] if xr.dtype == "int64" else [])
     words_out = [out.word(0)] + ([out.word(1)] if out.dtype == "int64" else [])
     C = min(length, CHUNK)
-    ones = kb.tile((PMAX, C), "float32", prefix="ones")
+    ones = kb.tile((kb.target.partitions, C), "float32", prefix="ones")
     kb.memset(ones.full(), 1.0)
     nb = 4 * len(words_out)  # bytes of the result that are kept
     kb.plan = f"exact {xr.dtype} cumsum along dim {d} ({length}) as {nb} byte scans with carries"

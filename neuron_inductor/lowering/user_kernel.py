@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx as fx
 
-from ..ir import Ref, TensorMeta, UserKernelCall
+from ..ir import Ref, TensorMeta, UserKernelCall, contiguous_strides
 from ..user_kernels import UserKernel, lookup
 from .layout import LoweringError, meta_of
 
@@ -56,17 +56,11 @@ def is_user_kernel_node(n: fx.Node) -> bool:
     return n.op == "call_function" and lookup(n.target) is not None
 
 
-def _dense_strides(size: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for s in reversed(size):
-        out.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(out))
 
 
 def is_dense(m: TensorMeta) -> bool:
     """Row-major without gaps (strides of size-1 dims do not matter, as for torch's is_contiguous)."""
-    return all(s == d for s, d, n in zip(m.stride, _dense_strides(m.size), m.size) if n != 1)
+    return all(s == d for s, d, n in zip(m.stride, contiguous_strides(m.size), m.size) if n != 1)
 
 
 def schema_args(n: fx.Node) -> list[Any]:
@@ -144,7 +138,7 @@ def emit_user_kernel(gl: "GraphLowering", n: fx.Node) -> None:
     results, metas = [], []
     for node, v in outs:
         m = meta_of(v)
-        dense = TensorMeta(m.size, _dense_strides(m.size), 0, m.dtype)
+        dense = TensorMeta(m.size, contiguous_strides(m.size), 0, m.dtype)
         name = gl._fresh("u")
         results.append(name)
         metas.append(dense)

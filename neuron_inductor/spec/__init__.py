@@ -9,10 +9,10 @@ from .checks import (FP32_EXACT_INT, Opnd, activation_range_finding, check_indir
                      int_compare_finding, reduce_axis_finding, resolve_engine)
 from .instrs import (COMPUTE_INSTRS, DTYPES, ENGINES, FLOAT_DTYPES, INSTRS, INT_DTYPES, InstrSpec,
                      instr_spec)
-from .ops import ACT_RANGE, ALU_ENGINES, ActFunc, AluOp, act_func, alu_op, name_of
+from .ops import ACT_RANGE, ALU_ENGINES, ActFunc, AluOp, act_func, alu_op, check_op_names, name_of
 from .rules import RULES, Finding, Rule
 
 __all__ = ["ACT_RANGE", "ALU_ENGINES", "ActFunc", "AluOp", "COMPUTE_INSTRS", "DTYPES", "ENGINES",
            "FLOAT_DTYPES", "FP32_EXACT_INT", "Finding", "INSTRS", "INT_DTYPES", "InstrSpec", "Opnd",
-           "RULES", "Rule", "act_func", "activation_range_finding", "alu_op", "check_indirect",
+           "RULES", "Rule", "act_func", "activation_range_finding", "alu_op", "check_indirect", "check_op_names",
            "check_instr", "instr_spec", "int_compare_finding", "name_of", "reduce_axis_finding", "resolve_engine"]

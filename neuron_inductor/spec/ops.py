@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
+from typing import Any, Mapping
 
 
 class AluOp(StrEnum):
@@ -136,3 +137,18 @@ def alu_op(op: object) -> AluOp | None:
 def act_func(op: object) -> ActFunc | None:
     name = name_of(op)
     return ActFunc(name) if name in ActFunc.__members__ else None
+
+
+def check_op_names(opcode: str, attrs: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` when instruction ``opcode`` names an operator the tables do not list.
+
+    ``activation`` names a function of ``tbl-act-func`` in ``op``; every other instruction names ALU
+    operators (``tbl-aluop``) in ``op`` / ``op0`` / ``op1``. The IR calls this when an instruction
+    is built, so a misspelt operator fails in the lowering that wrote it, not in the simulator."""
+    parse, roles = (act_func, ("op",)) if opcode == "activation" else (alu_op, ("op", "op0", "op1"))
+    for role in roles:
+        v = attrs.get(role)
+        if v is not None and parse(v) is None:
+            table = "an activation function (tbl-act-func)" if opcode == "activation" else \
+                "an ALU operator (tbl-aluop)"
+            raise ValueError(f"{opcode} {role}={name_of(v) or v!r} is not {table}")

@@ -32,7 +32,7 @@ def run_buckets(check_against_eager: bool = True) -> dict:
     """Run the 64 batches; return counters (cache stats, graphs compiled, Dynamo graphs, buckets)."""
     from torch._dynamo.utils import counters as dynamo_counters
 
-    from neuron_inductor import compile as ni_compile
+    from neuron_inductor import stats as ni_stats
     from neuron_inductor.bucketing import BucketingCollator
     from neuron_inductor.cache import stats
     from neuron_inductor.cache.key import package_fingerprint
@@ -43,7 +43,7 @@ def run_buckets(check_against_eager: bool = True) -> dict:
     compiled = torch.compile(model, backend="neuron")
     collate = BucketingCollator(multiple=MULTIPLE, max_len=MAX_LEN)
     rng = random.Random(0)
-    before = ni_compile.counters["graphs_compiled"]
+    before = ni_stats.compiled()["graphs_compiled"]
     dynamo_before = dynamo_counters["stats"]["unique_graphs"]
     buckets: set[int] = set()
     calls = 0
@@ -58,7 +58,7 @@ def run_buckets(check_against_eager: bool = True) -> dict:
             if check_against_eager and seq not in buckets:
                 torch.testing.assert_close(out, model(**batch).logits, rtol=1e-4, atol=1e-4)
             buckets.add(seq)
-    return {"cache": stats(), "graphs_compiled": ni_compile.counters["graphs_compiled"] - before,
+    return {"cache": stats(), "graphs_compiled": ni_stats.compiled()["graphs_compiled"] - before,
             "dynamo_graphs": dynamo_counters["stats"]["unique_graphs"] - dynamo_before,
             "buckets": sorted(buckets), "calls": calls,
             "fingerprint": package_fingerprint()["source_sha256"]}

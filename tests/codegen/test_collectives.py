@@ -35,17 +35,17 @@ def world_of_one(tmp_path):
 def test_compiled_all_reduce_is_a_collective_not_a_fallback(world_of_one):
     import torch.distributed._functional_collectives as funcol
 
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats
 
     def f(x):
         return funcol.all_reduce(x * 2, "sum", world_of_one).relu() + 1
 
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     host.reset_collective_counts()
     x = torch.randn(4, 8)
     out = torch.compile(f, backend="neuron", options={"fallback": "error"})(x)
     torch.testing.assert_close(out, f(x))
-    assert dict(nic.fallback_ops) == {}
-    assert nic.counters["collectives"] == 2  # all_reduce + wait_tensor
+    assert dict(stats.fallback_ops()) == {}
+    assert stats.compiled()["collectives"] == 2  # all_reduce + wait_tensor
     assert host.collective_counts() == {"_c10d_functional.all_reduce.default": 1,
                                         "_c10d_functional.wait_tensor.default": 1}

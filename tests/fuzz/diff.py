@@ -1,7 +1,7 @@
 """Run a generated program eagerly and compiled (``backend="neuron"``), forward and gradients, and
 classify the outcome.
 
-Outcomes: ``ok``; ``fallback`` (right numbers, but some op ran on the host: ``compile.fallback_ops``);
+Outcomes: ``ok``; ``fallback`` (right numbers, but some op ran on the host: ``stats.fallback_ops()``);
 ``invalid`` (eager itself refuses the program: a generator bug, not ours); and the failures
 ``compile-error``, ``sim-error`` (the simulator refused a kernel), ``error`` (anything else raised),
 ``wrong-fwd`` and ``wrong-grad``.
@@ -70,7 +70,7 @@ def _inputs(args, grad: bool) -> list:
 
 def run(p: Program, grad: bool = True) -> Outcome:
     """Eager vs compiled, forward and (``grad``) backward with the same random output seeds."""
-    import neuron_inductor.compile as nc
+    from neuron_inductor import stats
     try:
         fn, args = p.build()
     except Exception as e:  # noqa: BLE001 - a program that cannot be built is the generator's fault
@@ -85,7 +85,7 @@ def run(p: Program, grad: bool = True) -> Outcome:
         return Outcome("invalid", f"eager: {type(e).__name__}: {e}".splitlines()[0])
     ca = _inputs(args, grad)
     torch._dynamo.reset()
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     try:
         got = _tensors(torch.compile(fn, backend="neuron")(*ca))
         if grad:
@@ -111,6 +111,6 @@ def run(p: Program, grad: bool = True) -> Outcome:
             bad = _close(a.grad, b.grad, p.noisy)
             if bad:
                 return Outcome("wrong-grad", f"{inp.name}.grad: {bad}")
-    if nc.fallback_ops:
-        return Outcome("fallback", ", ".join(sorted(map(str, nc.fallback_ops))))
+    if stats.fallback_ops():
+        return Outcome("fallback", ", ".join(sorted(map(str, stats.fallback_ops()))))
     return Outcome("ok")

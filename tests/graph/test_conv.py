@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import neuron_inductor.compile as nic
+from neuron_inductor import stats
 from _compare import check
 
 
@@ -19,16 +19,16 @@ def test_patchify_conv_matches_eager_with_no_fallback(shape, kernel, bias):
     x = torch.randn(*shape, generator=g)
     w = torch.randn(7, shape[1], *kernel, generator=g)
     b = torch.randn(7, generator=g) if bias else None
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(lambda x, w, b: F.conv2d(x, w, b, stride=kernel), x, w, b, grad=True, fallback="error",
           atol=1e-4, rtol=1e-5)
-    assert not nic.fallback_ops
+    assert not stats.fallback_ops()
 
 
 def test_grouped_convolutions_are_a_declared_fallback():
     """A grouped conv is neither a patch embedding nor an im2col matmul: an (eager) declared fallback.
     (Padded and strided ungrouped convs are tests/graph/test_conv_im2col.py.)"""
     x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 2, 3, 3)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(lambda x, w: F.conv2d(x, w, padding=1, groups=2), x, w)
-    assert nic.fallback_ops["aten.convolution.default"] == 1
+    assert stats.fallback_ops()["aten.convolution.default"] == 1

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import neuron_inductor.compile as nic
+from neuron_inductor import stats
 from _compare import check
 
 
@@ -24,19 +24,19 @@ def test_conv_matches_eager_forward_and_backward_with_no_fallback(shape, out_ch,
     x = torch.randn(*shape, generator=g)
     w = torch.randn(out_ch, shape[1], *kernel, generator=g) / (shape[1] * kernel[0] * kernel[1]) ** 0.5
     b = torch.randn(out_ch, generator=g)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation),
           x, w, b, grad=True, fallback="error", atol=1e-4, rtol=1e-4)
-    assert not nic.fallback_ops
+    assert not stats.fallback_ops()
 
 
 def test_conv_bf16_and_no_bias():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 8, 6, 6, generator=g).bfloat16()
     w = (torch.randn(4, 8, 3, 3, generator=g) / 8.5).bfloat16()
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(lambda x, w: F.conv2d(x, w, padding=1, stride=2), x, w, grad=True, fallback="error")
-    assert not nic.fallback_ops
+    assert not stats.fallback_ops()
 
 
 def test_input_gradient_alone_when_the_weight_is_frozen():
@@ -44,17 +44,17 @@ def test_input_gradient_alone_when_the_weight_is_frozen():
     g = torch.Generator().manual_seed(2)
     x = torch.randn(1, 3, 5, 5, generator=g)
     w = torch.randn(2, 3, 3, 3, generator=g)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(lambda x: F.conv2d(x, w, padding=1, stride=2), x, grad=True, fallback="error",
           atol=1e-4, rtol=1e-4)
-    assert not nic.fallback_ops
+    assert not stats.fallback_ops()
 
 
 def test_padding_wider_than_the_kernel_is_a_declared_fallback():
     x, w = torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(lambda x, w: F.conv2d(x, w, padding=3), x, w)
-    assert nic.fallback_ops["aten.convolution.default"] == 1
+    assert stats.fallback_ops()["aten.convolution.default"] == 1
 
 
 def test_empty_batch_matches_eager():

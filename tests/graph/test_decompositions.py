@@ -36,7 +36,7 @@ def test_accumulating_index_put_with_duplicates():
 def test_bool_mask_fill_index_put_is_a_where():
     """``x[mask] = 0`` (tensor-parallel embeddings zero out-of-shard rows this way) lowers as a
     ``where``: no fallback, same values, int64 ids included."""
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats
     from _compare import run_compiled
     g = torch.Generator().manual_seed(0)
     for (shape, mask_dims), dtype in [(((2, 16), 2), torch.int64), (((2, 16, 8), 2), torch.float32),
@@ -48,7 +48,7 @@ def test_bool_mask_fill_index_put_is_a_where():
             y = x.clone()
             y[mask] = 0
             return y
-        nic.reset_counters()
+        stats.reset("compile", "fallback_ops")
         got = run_compiled(fill, x, mask, fallback="error")
         torch.testing.assert_close(got, fill(x, mask), rtol=0, atol=0)
 

@@ -6,15 +6,15 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import neuron_inductor.compile as nc
+from neuron_inductor import stats
 from neuron_inductor.graph.decompositions import decomposition_table
 from tests._compare import check
 
 
 def check_no_fallback(fn, *args, grad: bool = True):
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     check(fn, *args, grad=grad)
-    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 @pytest.mark.parametrize("dim, xshape, ishape", [

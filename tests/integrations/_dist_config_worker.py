@@ -21,7 +21,7 @@ def main() -> None:
     from transformers import LlamaForCausalLM
     from transformers.distributed import DistributedConfig
 
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats as ni_stats
     from neuron_inductor.cache import stats
 
     kw = {}
@@ -45,8 +45,8 @@ def main() -> None:
         losses.append(float(loss.detach().full_tensor() if hasattr(loss, "full_tensor") else loss.detach()))
     rank = int(os.environ.get("RANK", 0))
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "losses": losses, "graphs_compiled": nic.counters["graphs_compiled"],
-                   "fallbacks": dict(nic.fallback_ops), "misses": stats()["misses"],
+        json.dump({"rank": rank, "losses": losses, "graphs_compiled": ni_stats.compiled()["graphs_compiled"],
+                   "fallbacks": dict(ni_stats.fallback_ops()), "misses": stats()["misses"],
                    "hits": stats()["hits"]}, f)
 
 

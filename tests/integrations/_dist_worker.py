@@ -66,13 +66,13 @@ def main(kinds: list[str]) -> None:
             plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
             xs = torch.randn(4, 16, generator=torch.Generator().manual_seed(7))  # TP: same input
             check(kind, parallelize_module(a, mesh, plan), parallelize_module(b, mesh, plan), xs)
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats as ni_stats
     from neuron_inductor.cache import stats
     from neuron_inductor.runtime import host
     # one file per rank: two ranks printing to one pipe can interleave their lines
     with open(f"rank{rank}.json", "w") as f:
         json.dump({"rank": rank, "misses": stats()["misses"], "hits": stats()["hits"],
-                   "collectives": host.collective_counts(), "fallbacks": dict(nic.fallback_ops)}, f)
+                   "collectives": host.collective_counts(), "fallbacks": dict(ni_stats.fallback_ops())}, f)
     dist.barrier()  # nobody tears gloo down while a peer still talks to it
     dist.destroy_process_group()
 

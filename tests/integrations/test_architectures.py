@@ -54,10 +54,10 @@ def _model(arch: str):
 
 
 def _fallbacks_during(fn):
-    import neuron_inductor.compile as nc
-    before = Counter(nc.fallback_ops)
+    from neuron_inductor import stats
+    before = Counter(stats.fallback_ops())
     out = fn()
-    return out, dict(Counter(nc.fallback_ops) - before)
+    return out, dict(Counter(stats.fallback_ops()) - before)
 
 
 def _check_fallbacks(arch: str, fallbacks: dict) -> None:

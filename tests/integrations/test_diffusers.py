@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("diffusers")
 
-import neuron_inductor.compile as nic  # noqa: E402
+from neuron_inductor import stats  # noqa: E402
 
 pytestmark = pytest.mark.slow
 FP32 = dict(rtol=1e-4, atol=1e-5)
@@ -81,12 +81,12 @@ def test_denoising_loop_matches_eager_in_one_graph(arch):
     cond = (_dit_inputs if dit else _unet_inputs)(g)
     want = _denoise(model, _scheduler(dit), latents, cond, dit)
     torch._dynamo.reset()
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     got = _denoise(torch.compile(model, backend="neuron", options=OPTIONS), _scheduler(dit), latents,
                    cond, dit)
     torch.testing.assert_close(got, want, **FP32)
     assert not torch.equal(want, latents)  # the loop moved the latents
-    assert nic.counters["graphs_compiled"] == 1 and not nic.fallback_ops, dict(nic.fallback_ops)
+    assert stats.compiled()["graphs_compiled"] == 1 and not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 @pytest.mark.parametrize("arch", ["dit", "unet"])
@@ -98,7 +98,7 @@ def test_training_step_grads_match_eager(arch):
     cond = (_dit_inputs if dit else _unet_inputs)(g)
     t = torch.tensor([100.0, 700.0]) if dit else torch.tensor([100, 700])
     torch._dynamo.reset()
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled = torch.compile(model, backend="neuron", options=OPTIONS)
     losses = []
     for m in (eager, compiled):
@@ -115,4 +115,4 @@ def test_training_step_grads_match_eager(arch):
         else:
             assert q.grad is None, name
     assert n > 0
-    assert nic.counters["graphs_compiled"] == 2 and not nic.fallback_ops, dict(nic.fallback_ops)
+    assert stats.compiled()["graphs_compiled"] == 2 and not stats.fallback_ops(), dict(stats.fallback_ops())

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import neuron_inductor
-import neuron_inductor.compile as nic
+from neuron_inductor import stats
 from neuron_inductor.codegen.check import KernelCheckError
 from neuron_inductor.runtime.nki import nki, nl, nisa
 from neuron_inductor.user_kernels import UserKernelError, registered
@@ -64,14 +64,14 @@ def test_kernel_op_matches_eager_forward_and_backward(ex, n, d, i):
     """Ragged rows across three 128-row tiles and two hidden blocks; a single row; exact tiles."""
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(3))
     args = [x] + _params(d, i)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     got, got_grads = _fwd_bwd(ex.vit_mlp, args, compiled=True)
     want, want_grads = _fwd_bwd(ex.vit_mlp, args, compiled=False)
     torch.testing.assert_close(got, want, **FP32)
     for g, w in zip(got_grads, want_grads):
         _close_grad(g, w)
-    assert nic.counters["user_kernel_calls"] == 1
-    assert not nic.fallback_ops
+    assert stats.compiled()["user_kernel_calls"] == 1
+    assert not stats.fallback_ops()
 
 
 def test_generated_module_holds_the_kernel_and_calls_it(ex, tmp_path):
@@ -102,13 +102,13 @@ def test_non_contiguous_inputs_are_copied_by_a_kernel_first(ex):
         return ex.vit_mlp(x_big[::2], w1t.t(), b1, w2, b2)
 
     args = [x_big, w1t, b1, w2, b2]
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     got, got_grads = _fwd_bwd(fn, args, compiled=True)
     want, want_grads = _fwd_bwd(fn, args, compiled=False)
     torch.testing.assert_close(got, want, **FP32)
     for a, b in zip(got_grads, want_grads):
         _close_grad(a, b)
-    assert nic.counters["user_kernel_calls"] == 1 and not nic.fallback_ops
+    assert stats.compiled()["user_kernel_calls"] == 1 and not stats.fallback_ops()
 
 
 # ----------------------------------------------------------------------------- a second kernel
@@ -154,13 +154,13 @@ def test_user_backward_and_scalar_arguments():
                                         setup_context=_scale_setup)
     x = torch.randn(130, 24, generator=torch.Generator().manual_seed(2))
     BACKWARD_CALLS.clear()
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     got, (gx,) = _fwd_bwd(lambda t: scale_rows(t, -2.5), [x], compiled=True)
     assert BACKWARD_CALLS == [-2.5]  # traced once into the backward graph
     torch.testing.assert_close(got, x * -2.5, **FP32)
     w = torch.linspace(-1, 1, x.numel()).reshape(x.shape)
     torch.testing.assert_close(gx, w * -2.5, **FP32)
-    assert nic.counters["user_kernel_calls"] == 2  # forward and backward graphs each call it
+    assert stats.compiled()["user_kernel_calls"] == 2  # forward and backward graphs each call it
 
 
 @nki.jit
@@ -189,19 +189,19 @@ def test_editing_a_kernel_recompiles_instead_of_reusing_the_cache():
     x = torch.randn(8, 8)
     neuron_inductor.register_nki_kernel(scale_rows, scale_rows_kernel, backward=None)
     fn = lambda t: scale_rows(t, 3.0)  # noqa: E731
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     torch.compile(fn, backend="neuron")(x)
     torch._dynamo.reset()
     clear_memory()
     torch.compile(fn, backend="neuron")(x)
-    assert nic.counters["graphs_compiled"] == 1  # same kernel: a disk hit
+    assert stats.compiled()["graphs_compiled"] == 1  # same kernel: a disk hit
     neuron_inductor.register_nki_kernel(scale_rows, wrong_shape_kernel, backward=None)
     try:
         torch._dynamo.reset()
         clear_memory()
         with pytest.raises(Exception, match="fake implementation"):
             torch.compile(fn, backend="neuron")(x)
-        assert nic.counters["graphs_compiled"] == 2  # new kernel: compiled again, not the old entry
+        assert stats.compiled()["graphs_compiled"] == 2  # new kernel: compiled again, not the old entry
     finally:
         neuron_inductor.register_nki_kernel(scale_rows, scale_rows_kernel, backward=None)
 
@@ -224,11 +224,11 @@ def test_int64_input_is_a_declared_fallback_not_a_kernel_call():
 
     neuron_inductor.register_nki_kernel(take_rows, take_rows_kernel, backward=None)
     x, idx = torch.randn(5, 3), torch.tensor([4, 0, 2])
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     got = torch.compile(lambda a, b: take_rows(a, b) * 2, backend="neuron")(x, idx)
     torch.testing.assert_close(got, x[idx] * 2)
-    assert nic.counters["user_kernel_calls"] == 0
-    assert nic.fallback_ops["nki_tests.take_rows.default"] == 1
+    assert stats.compiled()["user_kernel_calls"] == 0
+    assert stats.fallback_ops()["nki_tests.take_rows.default"] == 1
 
 
 # ---------------------------------------------------------------------- registration errors
@@ -278,7 +278,7 @@ def test_vit_with_the_mlp_kernel_matches_eager(ex):
     import copy
     eager = ex.tiny_vit(2)
     model = neuron_inductor.use_nki_layers(copy.deepcopy(eager), {"ViTMLP": ex.NkiViTMLP})
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled = torch.compile(model, backend="neuron", options={"fallback": "error"})
     pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     want = eager(pixel_values=pixels).last_hidden_state
@@ -288,9 +288,9 @@ def test_vit_with_the_mlp_kernel_matches_eager(ex):
     got.square().mean().backward()
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
-    assert nic.counters["graphs_compiled"] == 2  # one forward, one backward
-    assert nic.counters["user_kernel_calls"] == 2  # one per layer, all in the forward
-    assert not nic.fallback_ops and nic.counters["graph_fallbacks"] == 0
+    assert stats.compiled()["graphs_compiled"] == 2  # one forward, one backward
+    assert stats.compiled()["user_kernel_calls"] == 2  # one per layer, all in the forward
+    assert not stats.fallback_ops() and stats.compiled()["graph_fallbacks"] == 0
 
 
 def test_only_hand_written_kernels_may_read_shapes():

@@ -16,6 +16,7 @@ pytest.importorskip("peft")
 from _hf import TokenDataset, tiny_llama  # noqa: E402
 
 import neuron_inductor.compile as nic  # noqa: E402
+from neuron_inductor import stats  # noqa: E402
 
 pytestmark = pytest.mark.slow
 FP32 = dict(rtol=1e-4, atol=1e-5)
@@ -52,7 +53,7 @@ def backward_graphs(monkeypatch):
 
 def _check_one_step(dora: bool, targets, backward_graphs) -> None:
     eager, model = _peft_model(dora, targets), _peft_model(dora, targets)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled = torch.compile(model, backend="neuron", options={"fallback": "error"})
     want = eager(input_ids=IDS, labels=IDS).loss
     got = compiled(input_ids=IDS, labels=IDS).loss
@@ -67,7 +68,7 @@ def _check_one_step(dora: bool, targets, backward_graphs) -> None:
         else:  # frozen base weights: no gradient at all
             assert q.grad is None, name
     assert trainable == (3 if dora else 2) * len(targets) * 2  # A, B (+ magnitude) per layer
-    assert nic.counters["graphs_compiled"] == 2 and not nic.fallback_ops  # one forward, one backward
+    assert stats.compiled()["graphs_compiled"] == 2 and not stats.fallback_ops()  # one forward, one backward
     # the backward graph computes exactly the adapter gradients: one output per trainable
     # parameter, and no matmul produces a tensor shaped like a frozen base weight
     (bw,) = backward_graphs
@@ -108,10 +109,10 @@ def test_lora_trainer_torch_compile_then_merged_inference(tmp_path):
         return model, [h["loss"] for h in t.state.log_history if "loss" in h]
 
     eager, eager_losses = train(False)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     model, losses = train(True)
     torch.testing.assert_close(losses, eager_losses, rtol=1e-4, atol=0.0)
-    assert nic.counters["graphs_compiled"] == 2 and not nic.fallback_ops
+    assert stats.compiled()["graphs_compiled"] == 2 and not stats.fallback_ops()
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):
         torch.testing.assert_close(q, p, **FP32, msg=name)
 
@@ -122,8 +123,8 @@ def test_lora_trainer_torch_compile_then_merged_inference(tmp_path):
         want = merged_eager(**batch).logits
         merged = model.merge_and_unload().eval()
         torch._dynamo.reset()
-        nic.reset_counters()
+        stats.reset("compile", "fallback_ops")
         got = torch.compile(merged, backend="neuron", options={"fallback": "error"})(**batch).logits
-    assert nic.counters["graphs_compiled"] == 1  # one inference graph
+    assert stats.compiled()["graphs_compiled"] == 1  # one inference graph
     torch.testing.assert_close(got, want, **FP32)
     torch.testing.assert_close(got, adapters, rtol=1e-4, atol=1e-4)  # merging changes rounding only

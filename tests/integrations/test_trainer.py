@@ -26,7 +26,7 @@ pytest.importorskip("accelerate")
 
 from _hf import TokenDataset, text_rows, tiny_llama, tiny_tokenizer  # noqa: E402
 
-import neuron_inductor.compile as nic  # noqa: E402
+from neuron_inductor import stats  # noqa: E402
 from neuron_inductor.bucketing import BucketingCollator  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -58,11 +58,11 @@ def _train(tmp_path, compile_: bool, dataset=None, collator=None, **kw) -> list[
 
 def test_trainer_losses_match_eager(tmp_path):
     eager = _train(tmp_path, False)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled = _train(tmp_path, True)
     assert len(compiled) == 3
     torch.testing.assert_close(compiled, eager, **FP32)
-    assert nic.counters["graphs_compiled"] >= 2  # forward and backward went through our compiler
+    assert stats.compiled()["graphs_compiled"] >= 2  # forward and backward went through our compiler
 
 
 class _VarLenDataset(torch.utils.data.Dataset):
@@ -135,16 +135,16 @@ def test_sft_trainer_pads_to_128_and_matches_eager(tmp_path):
         t.data_collator = collator
         return _losses(t), shapes
 
-    import neuron_inductor.compile as nic
+    from neuron_inductor import stats
 
     eager, _ = run(False)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled, shapes = run(True)
     assert shapes == {(2, 128)}
     assert all(torch.isfinite(torch.tensor(compiled)))
     torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=0.0)
-    assert nic.counters["graphs_compiled"] > 0 and nic.counters["graph_fallbacks"] == 0
-    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    assert stats.compiled()["graphs_compiled"] > 0 and stats.compiled()["graph_fallbacks"] == 0
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 # ----------------------------------------------- auto-selection: a user script with no import of ours

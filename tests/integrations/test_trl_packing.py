@@ -19,7 +19,7 @@ datasets = pytest.importorskip("datasets")
 
 from _hf import tiny_llama, tiny_tokenizer  # noqa: E402
 
-import neuron_inductor.compile as nic  # noqa: E402
+from neuron_inductor import stats  # noqa: E402
 from neuron_inductor.integrations.trl import VARLEN_KEYS, static_shape_packing  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -73,7 +73,7 @@ def _train(tmp_path, strategy: str, compile_: bool):
 
     class Count(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
-            compiled_after.append(nic.counters["graphs_compiled"])
+            compiled_after.append(stats.compiled()["graphs_compiled"])
     trainer.add_callback(Count())
     trainer.train()
     return [h["loss"] for h in trainer.state.log_history if "loss" in h], shapes, compiled_after
@@ -85,7 +85,7 @@ def test_packing_compiles_once_per_packed_shape_and_matches_eager(tmp_path, stra
     plus the pieces of TRL's chunked log-prob loss, which Dynamo splits at its own graph breaks);
     a shape seen before compiles nothing."""
     eager, eager_shapes, _ = _train(tmp_path, strategy, False)
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled, shapes, after = _train(tmp_path, strategy, True)
     assert shapes == eager_shapes and all(s[-1] % 128 == 0 for s in shapes), shapes
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=0.0)
@@ -93,8 +93,8 @@ def test_packing_compiles_once_per_packed_shape_and_matches_eager(tmp_path, stra
     new_shape = [s not in shapes[:i] for i, s in enumerate(shapes)]
     per_shape = per_step[0]
     assert per_shape >= 2 and per_step == [per_shape if n else 0 for n in new_shape], (per_step, shapes)
-    assert nic.counters["graphs_compiled"] == per_shape * len(set(shapes))
-    assert not nic.fallback_ops and nic.counters["graph_fallbacks"] == 0
+    assert stats.compiled()["graphs_compiled"] == per_shape * len(set(shapes))
+    assert not stats.fallback_ops() and stats.compiled()["graph_fallbacks"] == 0
 
 
 def test_bfd_packed_row_attends_within_documents_and_grads_match_eager(tmp_path):
@@ -113,7 +113,7 @@ def test_bfd_packed_row_attends_within_documents_and_grads_match_eager(tmp_path)
     assert len(docs) >= 3, docs  # several documents share the row
 
     eager, model = tiny_llama(), tiny_llama()
-    nic.reset_counters()
+    stats.reset("compile", "fallback_ops")
     compiled = torch.compile(model, backend="neuron", options={"fallback": "error"})
     inputs = {k: batch[k] for k in ("input_ids", "position_ids", "labels")}
     inputs["use_cache"] = False
@@ -130,4 +130,4 @@ def test_bfd_packed_row_attends_within_documents_and_grads_match_eager(tmp_path)
                           position_ids=torch.arange(e - s).unsqueeze(0), use_cache=False).logits
             torch.testing.assert_close(got.logits[:, s:e].detach(), alone, rtol=1e-4, atol=1e-4,
                                        msg=f"document [{s}, {e})")
-    assert not nic.fallback_ops
+    assert not stats.fallback_ops()

@@ -62,7 +62,9 @@ def test_partition_limit():
 
 def test_tile_rank():
     t = Tile("flat", (P, 4), "float32")
-    t.shape = (P,)  # Tile refuses rank 1 at construction; the verifier still checks mutated IR
+    # Tile refuses rank 1 at construction and is frozen; the verifier still checks IR that got
+    # around both
+    object.__setattr__(t, "shape", (P,))
     refuse(base(lambda ns: ns.update(allocs=lambda: [Alloc(ns["t"]), Alloc(ns["u"]), Alloc(t)])), "tile-rank")
 
 

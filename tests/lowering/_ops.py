@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _compare import tol  # noqa: E402
 
-from neuron_inductor import compile as nic  # noqa: E402
+from neuron_inductor import stats  # noqa: E402
 
 
 LOW = (torch.bfloat16, torch.float16)
@@ -55,12 +55,12 @@ def check_cases(fn: Callable, cases: Sequence[Sequence], grad: bool = False, rto
         return c
     flat = [a for c in cases for a in c]
     ea, ca = [prep(a) for a in flat], [prep(a) for a in flat]
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     torch._dynamo.reset()
     options.setdefault("fallback", "error")
     expected = whole(*ea)
     got = torch.compile(whole, backend="neuron", options=options)(*ca)
-    assert _allow_fallback or not nic.fallback_ops, dict(nic.fallback_ops)
+    assert _allow_fallback or not stats.fallback_ops(), dict(stats.fallback_ops())
 
     def t(dtype):
         d = dict(tol(dtype))
@@ -106,5 +106,5 @@ def check_cases(fn: Callable, cases: Sequence[Sequence], grad: bool = False, rto
         for i, (c, e) in enumerate(zip(ca, ea)):
             if isinstance(e, torch.Tensor) and e.requires_grad and e.grad is not None:
                 close(c.grad, e.grad, ra[i].grad, f"grad of input {i}")
-        assert _allow_fallback or not nic.fallback_ops, dict(nic.fallback_ops)  # bw compiles lazily
+        assert _allow_fallback or not stats.fallback_ops(), dict(stats.fallback_ops())  # bw compiles lazily
     return list(got)

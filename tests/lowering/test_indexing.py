@@ -19,7 +19,7 @@ from neuron_inductor.config import Config
 from neuron_inductor.graph.passes import run_passes
 from neuron_inductor.ir import Dma, walk
 from neuron_inductor.pipeline import partition_and_lower as lower_graph
-from neuron_inductor.lowering.indexing import merge
+from neuron_inductor.lowering.loops import merge
 from neuron_inductor.runtime.loader import load_sources
 
 aten = torch.ops.aten

@@ -10,14 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neuron_inductor import compile as nic
+from neuron_inductor import stats
 
 aten = torch.ops.aten
 
 
 def _compile(fn):
     torch._dynamo.reset()
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     return torch.compile(fn, backend="neuron", options={"fallback": "error"})
 
 
@@ -32,7 +32,7 @@ def test_uniform_statistics_and_determinism(dtype):
     torch.manual_seed(1)
     u2, v2 = f(x)
     u3, _ = f(x)
-    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
     assert u.dtype == dtype and u.shape == x.shape
     assert torch.equal(u, u2) and torch.equal(v, v2)
     assert not torch.equal(u, u3)
@@ -70,7 +70,7 @@ def test_dropout_keep_rate_scale_and_backward_mask(p):
     g = torch.randn_like(out)
     out.backward(g)
     torch.testing.assert_close(xc.grad, ((g * kept) / (1 - p)) @ w.t(), rtol=1e-4, atol=1e-4)
-    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 def test_dropout_in_a_module_bf16_and_eval_is_identity():
@@ -86,14 +86,14 @@ def test_dropout_in_a_module_bf16_and_eval_is_identity():
     assert abs(rate - 0.75) < 6 * math.sqrt(0.25 * 0.75 / a.numel())
     m.eval()
     torch.testing.assert_close(_compile(m)(x), m(x))
-    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 def test_bernoulli_rate_and_two_draws_differ():
     """bernoulli(p): rate p; two draws in one graph use two keys (not one merged draw)."""
     x = torch.full((400, 129), 0.3)
     a, b = _compile(lambda x: (torch.bernoulli(x * 0 + 0.3), torch.bernoulli(x * 0 + 0.3)))(x)
-    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
     for t in (a, b):
         assert set(t.unique().tolist()) <= {0.0, 1.0}
         assert abs(t.mean().item() - 0.3) < 6 * math.sqrt(0.21 / t.numel())
@@ -117,7 +117,7 @@ def test_exponential_mean_and_variance():
     """exponential_(lambd): mean 1/lambd, variance 1/lambd^2, all positive and finite."""
     x = torch.zeros(300, 131)
     e = _compile(lambda x: torch.empty_like(x).exponential_(2.0))(x)
-    assert not nic.fallback_ops, dict(nic.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
     n = e.numel()
     assert torch.isfinite(e).all() and (e >= 0).all()
     assert abs(e.mean().item() - 0.5) < 6 * math.sqrt(0.25 / n)

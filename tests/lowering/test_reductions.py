@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from _ops import check_cases, randn
 
-from neuron_inductor import compile as nic
+from neuron_inductor import stats
 
 # (dims, keepdim) over a 3-D input; None = all axes
 DIMS = [((-1,), False), ((0,), False), ((1,), True), ((0, 2), False), (None, False)]
@@ -79,9 +79,9 @@ def test_int32_sum_of_unbounded_values_is_a_declared_fallback():
     """int32.sum() promotes to int64 in torch; a sum of int32 values of unknown range would round in
     fp32 (2**30 + 2**30 + 3 ...), so it runs eagerly, declared, with torch's exact answer."""
     i = torch.tensor([[2**30, 2**30, 3, -7]] * 3, dtype=torch.int32)
-    nic.fallback_ops.clear()
+    stats.reset("fallback_ops")
     check_cases(lambda i: (i.sum(-1), i.amax(0)), [(i,)], fallback="warn", _allow_fallback=True)
-    assert any("sum" in k for k in nic.fallback_ops), dict(nic.fallback_ops)
+    assert any("sum" in k for k in stats.fallback_ops()), dict(stats.fallback_ops())
 
 
 NORM_SHAPES = [(1, 1), (300, 130), (2, 129, 600)]

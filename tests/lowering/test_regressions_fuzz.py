@@ -6,14 +6,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-import neuron_inductor.compile as nc
+from neuron_inductor import stats
 from tests._compare import BF16, check
 
 
 def check_no_fallback(fn, *args, grad: bool = True, **kw):
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     out = check(fn, *args, grad=grad, **kw)
-    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
     return out
 
 

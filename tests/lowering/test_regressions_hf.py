@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-import neuron_inductor.compile as nc
+from neuron_inductor import stats
 
 
 def _compile(fn):
@@ -41,12 +41,12 @@ def test_inference_layer_norm_has_no_fallback():
     torch.nn.init.normal_(ln.weight)
     torch.nn.init.normal_(ln.bias)
     x = torch.randn(3, 5, 24)
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     with torch.no_grad():
         got = _compile(ln)(x)
         expected = ln(x)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 def test_var_mean_matches_with_correction():
@@ -55,10 +55,10 @@ def test_var_mean_matches_with_correction():
         v, m = torch.var_mean(x, dim=(1, 2), correction=1, keepdim=False)
         return v + m + torch.var(x, dim=-1, unbiased=False)[:, :1].sum()
     x = torch.randn(4, 6, 10)
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     with torch.no_grad():
         torch.testing.assert_close(_compile(f)(x), f(x), rtol=1e-5, atol=1e-5)
-    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 def test_copy_into_slice_of_new_empty_is_dense():
@@ -71,9 +71,9 @@ def test_copy_into_slice_of_new_empty_is_dense():
         out[..., 8:] = x.transpose(1, 2)[..., 8:] + 1
         return out * 3
     x = torch.randn(2, 16, 4, 16)
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     torch.testing.assert_close(_compile(f)(x), f(x), rtol=1e-5, atol=1e-5)
-    assert set(nc.fallback_ops) <= {"aten.empty.memory_format"}, dict(nc.fallback_ops)
+    assert set(stats.fallback_ops()) <= {"aten.empty.memory_format"}, dict(stats.fallback_ops())
 
 
 def test_moe_expert_weight_gather_and_topk_scatter_lower():
@@ -86,10 +86,10 @@ def test_moe_expert_weight_gather_and_topk_scatter_lower():
         v, i = torch.topk(logits, 2, dim=-1)
         return torch.zeros_like(logits).scatter(-1, i, v), w[ids].sum(1)
     args = (torch.randn(5, 4), torch.tensor([[0, 2], [2, 3]]))
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     with torch.no_grad():
         torch.testing.assert_close(_compile(f)(*args), f(*args))
-    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
 def test_views_of_a_copy_whose_gapped_layout_was_made_dense():
@@ -101,9 +101,9 @@ def test_views_of_a_copy_whose_gapped_layout_was_made_dense():
         return c.unsqueeze(0).expand(3, 5, 8) + 1, c.t() * 2, c[1:, ::2].sum(-1)
 
     x, w = torch.randn(5, 16), torch.randn(5, 8)
-    nc.reset_counters()
+    stats.reset("compile", "fallback_ops")
     torch._dynamo.reset()
     out = torch.compile(f, backend="neuron", options={"cache": False, "fallback": "error"})(x, w)
     for o, r in zip(out, f(x, w)):
         torch.testing.assert_close(o, r)
-    assert not nc.fallback_ops, dict(nc.fallback_ops)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())

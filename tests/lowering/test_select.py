@@ -86,12 +86,12 @@ def _check_topk(x, k, dim, largest):
     partial sort): values must equal eager's, indices must name them, be distinct and, among equal
     values, increase (the order documented for ours)."""
     torch._dynamo.reset()
-    from neuron_inductor import compile as nic
-    nic.fallback_ops.clear()
+    from neuron_inductor import stats
+    stats.reset("fallback_ops")
     v, i = torch.compile(lambda x: torch.topk(x, k, dim, largest), backend="neuron",
                          options={"fallback": "error"})(x)
     ev, _ = torch.topk(x, k, dim, largest)
-    assert not nic.fallback_ops
+    assert not stats.fallback_ops()
     torch.testing.assert_close(v, ev, rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(torch.gather(x, dim, i), v, rtol=0, atol=0, equal_nan=True)
     vs, is_ = v.movedim(dim, -1), i.movedim(dim, -1)
