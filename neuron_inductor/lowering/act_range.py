@@ -9,6 +9,13 @@ or the square root of a zero gradient norm all the time. So:
   ``tbl-aluop``: higher precision than ScalarE's, and the ALU table gives it no input range):
   ``rsqrt(0) = inf``, ``rsqrt(inf) = 0``, negative -> NaN, as IEEE and eager;
 * ``sqrt(x) = 1 / rsqrt(x)`` (VectorE reciprocal): ``0 -> 0``, ``inf -> inf``, negative -> NaN;
+* ``sin(x + shift)`` (``cos`` is ``shift = pi/2``: there is no ``cos`` activation) reduces the
+  argument to ``[-pi, pi]``, where ScalarE's ``sin`` is valid, by ``k = round((x + shift) / 2pi)``
+  and ``r = x - k * 2pi + shift`` with ``2pi`` split into :data:`TWO_PI_CHUNKS` (Cody-Waite): every
+  chunk but the last has 6 significant bits, so each ``k * chunk`` is exact in float32 for ``|k| <
+  2^18`` (``|x| < 1.6e6``, rotary angles of a million positions) and the result is as accurate as
+  float32 ``sin`` of the same input; ``r`` is folded once more where the quotient rounded ``k`` the
+  wrong way;
 * ``log(x)``: inputs below ``2^-64`` are scaled up by ``2^100`` and inputs above ``2^64`` down by
   ``2^64`` (``f``), the scaled value is clamped into the table's range and ``log(x) = log(x * f) -
   ln(f)`` (``ln f`` a constant); then zero, negatives and ``+inf`` get IEEE's ``-inf``, NaN and ``+inf`` by adding
@@ -17,6 +24,8 @@ or the square root of a zero gradient norm all the time. So:
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from ..spec.ops import ACT_RANGE, ActFunc
 from .builder import TVal
@@ -48,6 +57,59 @@ def _inf_unless(ctx, kind: str, x, cmp: str, value: float):
     r = _ts(ctx, kind, p, "reciprocal", 0.0, "subtract", 1.0)
     ctx.kb.release(p.tile)
     return r
+
+
+def _two_pi_chunks(bits: int = 6, n: int = 6) -> tuple[float, ...]:
+    """2pi as ``n`` chunks of ``bits`` significant bits and a float32 rest (sums to 2pi within 2^-57)."""
+    out, rest = [], 2 * math.pi
+    for _ in range(n):
+        q = 2.0 ** (math.floor(math.log2(rest)) - bits + 1)
+        c = math.floor(rest / q) * q
+        out.append(c)
+        rest -= c
+    out.append(float(np.float32(rest)))
+    return tuple(out)
+
+
+TWO_PI_CHUNKS = _two_pi_chunks()
+#: 1.5 * 2**23: adding and subtracting it rounds a float32 |t| < 2**22 to the nearest integer
+_ROUND = 12582912.0
+#: the largest float32 not above pi (ScalarE sin's valid range is [-pi, pi])
+_PI_F32 = 3.1415925
+
+
+def sin(ctx, a: TVal, shift: float, dtype: str) -> TVal:
+    """``sin(x + shift)`` with the argument reduced to ``[-pi, pi]`` first (see the module text)."""
+    if a.kind == "scalar":
+        return TVal.const(math.sin(a.scalar + shift))
+    kb, kind = ctx.kb, a.kind
+    t = _ts(ctx, kind, a.region, "multiply", 1 / (2 * math.pi), "add", shift / (2 * math.pi))
+    k = _ts(ctx, kind, t, "add", _ROUND, "subtract", _ROUND)   # round to nearest
+    kb.release(t.tile)
+    r = a.region
+    last = len(TWO_PI_CHUNKS) - 1
+    for i, c in enumerate(TWO_PI_CHUNKS):
+        # the shift joins the last (smallest) term, after the exact large ones
+        kc = _ts(ctx, kind, k, "multiply", c, "subtract", shift) if i == last else _ts(ctx, kind, k, "multiply", c)
+        r2 = _tt(ctx, kind, r, kc, "subtract")
+        kb.release(kc.tile)
+        if r is not a.region:
+            kb.release(r.tile)
+        r = r2
+    kb.release(k.tile)
+    # k may be off by one where (x + shift) / 2pi rounds across a half: fold |r| > pi back by 2pi
+    fold = ctx.new(kind, "float32")
+    for cmp, limit, op in (("greater", _PI_F32, "subtract"), ("less", -_PI_F32, "add")):
+        kb.instr("vector", "tensor_scalar", fold, {"data": r, "operand0": limit, "operand1": 2 * math.pi},
+                 op0=cmp, op1="multiply")
+        kb.instr("vector", "tensor_tensor", r, {"data1": r, "data2": fold}, op=op)
+    kb.release(fold.tile)
+    kb.instr("vector", "tensor_scalar", r, {"data": r, "operand0": _PI_F32, "operand1": -_PI_F32},
+             op0="minimum", op1="maximum")
+    dst = ctx.new(kind, dtype)
+    kb.instr("scalar", "activation", dst, {"data": r}, op="sin", scale=1.0)
+    kb.release(r.tile)
+    return TVal(kind, dst)
 
 
 def rsqrt(ctx, a: TVal, dtype: str) -> TVal:

@@ -320,48 +320,8 @@ def _abs(ctx, node, a):
 
 @register_pointwise(aten.sin.default, aten.cos.default)
 def _sin_cos(ctx, node, a):
-    """ScalarE ``sin`` is valid on [-pi, pi] only and there is no ``cos`` activation: reduce
-    ``x + shift`` (shift pi/2 for cos) to r in [-pi, pi] with k = round((x + shift) / 2pi) (r is
-    folded once more where the fp32 quotient rounded k the wrong way), then ``sin(r)``. r = x - k*C1 - k*C2 + shift with 2pi = C1 + C2 (Cody-Waite): C1 has 13 significant
-    bits, so k*C1 and x - k*C1 are exact in fp32 for |x| < 2**14, and the result is as accurate as
-    fp32 sin/cos of the same input (the shift is added after the reduction, not before)."""
     shift = 0.0 if node.target is aten.sin.default else math.pi / 2
-    if a.kind == "scalar":
-        return TVal.const(math.sin(a.scalar + shift))
-    kb, kind = ctx.kb, a.kind
-    c1 = 6434.0 / 1024.0
-    c2 = 2 * math.pi - c1
-    t = ctx.new(kind, "float32")   # x / 2pi + shift / 2pi
-    kb.instr("vector", "tensor_scalar", t, {"data": a.region, "operand0": 1 / (2 * math.pi),
-                                          "operand1": shift / (2 * math.pi)}, op0="multiply", op1="add")
-    k = ctx.new(kind, "float32")   # round to nearest: + 1.5 * 2**23 - 1.5 * 2**23
-    kb.instr("vector", "tensor_scalar", k, {"data": t, "operand0": _ROUND, "operand1": _ROUND},
-             op0="add", op1="subtract")
-    kc1 = ctx.new(kind, "float32")
-    kb.instr("vector", "tensor_scalar", kc1, {"data": k, "operand0": c1}, op0="multiply")
-    r = ctx.new(kind, "float32")
-    kb.instr("vector", "tensor_tensor", r, {"data1": a.region, "data2": kc1}, op="subtract")
-    kc2 = ctx.new(kind, "float32")  # k*C2 - shift
-    kb.instr("vector", "tensor_scalar", kc2, {"data": k, "operand0": c2, "operand1": shift},
-             op0="multiply", op1="subtract")
-    r2 = ctx.new(kind, "float32")
-    kb.instr("vector", "tensor_tensor", r2, {"data1": r, "data2": kc2}, op="subtract")
-    # k may be off by one where (x + shift) / 2pi rounds across a half: fold |r| > pi back by 2pi
-    for cmp, limit, op in (("greater", _PI_F32, "subtract"), ("less", -_PI_F32, "add")):
-        kb.instr("vector", "tensor_scalar", kc1, {"data": r2, "operand0": limit,
-                                                "operand1": 2 * math.pi}, op0=cmp, op1="multiply")
-        kb.instr("vector", "tensor_tensor", r2, {"data1": r2, "data2": kc1}, op=op)
-    kb.instr("vector", "tensor_scalar", r2, {"data": r2, "operand0": _PI_F32, "operand1": -_PI_F32},
-             op0="minimum", op1="maximum")
-    for tile in (t, k, kc1, r, kc2):
-        kb.release(tile.tile)
-    return unary(ctx, "sin", TVal(kind, r2), tile_dtype(node.meta["val"]))
-
-
-#: 1.5 * 2**23: adding and subtracting it rounds an fp32 |x| < 2**22 to the nearest integer
-_ROUND = 12582912.0
-#: the largest fp32 not above pi (ScalarE sin's valid range is [-pi, pi])
-_PI_F32 = 3.1415925
+    return act_range.sin(ctx, a, shift, tile_dtype(node.meta["val"]))
 
 
 @register_pointwise(aten.gelu.default)
