@@ -439,9 +439,9 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
 
 
 def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
-    """lse = ln(l) - (-scale * m) of every head and query tile at once (one log, one negate-add),
-    stored with the heads innermost, where torch's logsumexp is contiguous. ``cols`` hold l and
-    -scale * m (the forward's running exp bias)."""
+    """lse = -(ln(1 / l) + (-scale * m)) of every head and query tile at once (one log, one add, one
+    negation), stored with the heads innermost, where torch's logsumexp is contiguous. ``cols`` hold
+    1 / l (the output's final scale) and -scale * m (the forward's running exp bias)."""
     lt, mt = cols
     lr, mr = lt.region(PMAX, nq, H), mt.region(PMAX, nq, H)
     bal.instr("scalar", "activation", lr, {"data": lr}, op="log", scale=1.0)
@@ -449,8 +449,8 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
     if ctx.rows_may_die:   # a row left without keys gets logsumexp 0 (as torch), so P = 0 in backward
         alive = kb.tile((PMAX, nq, H), "float32", prefix="lse_alive").region(PMAX, nq, H)
         bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": -ctx.scale * DEAD}, op0="less")
-    bal.scale_rows(mr, mr, -1.0)
     kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
+    bal.scale_rows(mr, mr, -1.0)
     if alive is not None:
         kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": alive}, op="multiply")
     s0, s1, s2 = lse.st[:3]
@@ -484,7 +484,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
     # min(-scale * a, -scale * b) exactly (rounding is monotonic), so one tensor_scalar per step
     # folds the new maximum into it
     NEGMS = [col(0), col(1)]
-    MSTEP, L, ALPHA = col(2), col(3), col(4)
+    MSTEP, ALPHA = col(2), col(4)
     o_ps = TileRegion(ts["s"][0], (0, 0), (rows, D + 1))
     o_sb = ts["osb"].region(rows, D + 1)
     steps = list(range(0, kend, step))
@@ -512,7 +512,10 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             bal.instr("vector", "tensor_reduce", MSTEP if nbk == 1 else col(8 + bi), {"data": sp},
                       op="maximum", axis=(1,), keepdims=True)
         NEGM, negm_old = NEGMS[si % 2], NEGMS[(si + 1) % 2]
-        if nbk > 1:
+        if nbk == 2 and not si:   # -scale * max of the two banks' maxima, in one instruction
+            bal.instr("vector", "tensor_scalar", NEGM, {"data": col(8), "operand0": col(9), "operand1": -scale},
+                      op0="maximum", op1="multiply")
+        elif nbk > 1:
             bal.instr("vector", "tensor_reduce", MSTEP, {"data": TileRegion(st, (0, 8), (rows, nbk))},
                       op="maximum", axis=(1,), keepdims=True)
         if si:   # -scale * max(m_step, m_old) = min(-scale * m_step, -scale * m_old)
@@ -520,7 +523,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
                       op0="multiply", op1="minimum")
             # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
             bal.instr("scalar", "activation", ALPHA, {"data": negm_old, "bias": NEGM}, op="exp", scale=-1.0)
-        else:
+        elif nbk == 1:
             bal.scale_rows(NEGM, MSTEP, -scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
             pr = TileRegion(ts["p"], (0, NMAX * bi), (rows, cw))
@@ -554,15 +557,12 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
                 bal.instr("vector", "tensor_tensor", o_sb, {"data1": o_sb, "data2": o_ps}, op="add")
     acc = o_sb if len(steps) > 1 else o_ps
     negm_fin = NEGMS[(len(steps) - 1) % 2]
-    if acc.memory == "psum":
-        bal.copy(L, TileRegion(acc.tile, (0, D), (rows, 1)))
-    else:
-        L = TileRegion(acc.tile, (0, D), (rows, 1))
-    if lsecols is not None:   # this tile's l and m join the batch entry's logsumexp inputs
-        for t, x in zip(lsecols, (L, negm_fin)):
+    # 1 / l (no divide on the engines), read by ScalarE straight from the accumulator (PSUM or SBUF)
+    bal.instr("scalar", "activation", ALPHA, {"data": TileRegion(acc.tile, (0, D), (rows, 1))}, op="reciprocal")
+    if lsecols is not None:   # this tile's 1 / l and -scale * m join the batch entry's logsumexp inputs
+        for t, x in zip(lsecols, (ALPHA, negm_fin)):
             kb.instr("gpsimd", "tensor_copy", TileRegion(t, (0, i, h), (rows, 1, 1)), {"src": x})
-    if out is not None:   # 1 / l (no divide on the engines), 0 for a row left without keys
-        bal.instr("scalar", "activation", ALPHA, {"data": L}, op="reciprocal")
+    if out is not None:   # rows left without keys get output 0
         if ctx.rows_may_die:
             bal.instr("vector", "tensor_scalar", ALPHA, {"data": negm_fin, "operand0": -scale * DEAD,
                                                          "operand1": ALPHA}, op0="less", op1="multiply")
