@@ -68,12 +68,15 @@ def _has_symbolic_inputs(example_inputs: list) -> bool:
 def neuron_backend(gm: fx.GraphModule, example_inputs: list, options: dict[str, Any] | None = None,
                    **kwargs: Any) -> Callable:
     """Compile a Dynamo graph for Trainium (simulated on machines without one)."""
+    from .compile import gc_paused
+
     cfg = get_config().replace(**(options or {}))
     warn_stock_sliding_recompiles()
-    if _has_symbolic_inputs(example_inputs):
-        from .dynamic import specialize_per_shape
-        return specialize_per_shape(gm, example_inputs, cfg, compile_dynamo_graph)
-    return compile_dynamo_graph(gm, example_inputs, cfg)
+    with gc_paused():
+        if _has_symbolic_inputs(example_inputs):
+            from .dynamic import specialize_per_shape
+            return specialize_per_shape(gm, example_inputs, cfg, compile_dynamo_graph)
+        return compile_dynamo_graph(gm, example_inputs, cfg)
 
 
 _graph_count = [0]

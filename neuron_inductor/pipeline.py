@@ -13,6 +13,7 @@ fallback warning belong to the caller, so running a prefix of the pipeline never
 """
 from __future__ import annotations
 
+import ast
 import logging
 import time
 from dataclasses import dataclass
@@ -160,8 +161,12 @@ def conform(g: Generated) -> Conforming:
     from .codegen.conform import check_conformance
 
     src = g.sources["kernels.py"]
-    check_kernel_source(src, user_kernels=g.lowered.program.user_kernels)
-    check_conformance(src)
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        tree = None   # check_kernel_source reports it
+    check_kernel_source(src, user_kernels=g.lowered.program.user_kernels, tree=tree)
+    check_conformance(src, tree=tree)
     return Conforming(g.job, g.gm, g.lowered, g.sources)
 
 

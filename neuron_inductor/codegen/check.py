@@ -262,13 +262,15 @@ def _dotted(e: ast.expr) -> str | None:
     return ".".join([e.id] + parts[::-1])
 
 
-def check_kernel_source(src: str, user_kernels: Iterable[str] = ()) -> None:
+def check_kernel_source(src: str, user_kernels: Iterable[str] = (), tree: ast.Module | None = None) -> None:
     """Raise :class:`KernelCheckError` unless ``src`` is a kernel module inside the NKI subset.
 
     ``user_kernels`` names the hand-written kernels in it: they may read ``x.shape`` / ``x.dtype``
-    (generated kernels have every size baked in and may not)."""
-    try:
-        tree = ast.parse(src)
-    except SyntaxError as e:
-        raise KernelCheckError(f"kernel module does not parse: {e}") from e
+    (generated kernels have every size baked in and may not). ``tree`` is ``src`` already parsed
+    (parsing a big generated module is a good part of a compile; the conformance lint shares it)."""
+    if tree is None:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError as e:
+            raise KernelCheckError(f"kernel module does not parse: {e}") from e
     _Checker(src, frozenset(user_kernels)).module(tree)

@@ -225,9 +225,9 @@ def module_target(tree: ast.Module) -> str | None:
     return None
 
 
-def conformance_findings(src: str, target: str | None = None) -> list[LintFinding]:
-    """Every rule violation in a kernel module (empty list: conforming)."""
-    tree = ast.parse(src)
+def conformance_findings(src: str, target: str | None = None, tree: ast.Module | None = None) -> list[LintFinding]:
+    """Every rule violation in a kernel module (empty list: conforming); ``tree``: ``src`` parsed."""
+    tree = ast.parse(src) if tree is None else tree
     t = target or module_target(tree)
     if t is None:
         from ..config import get_config
@@ -241,8 +241,8 @@ def conformance_findings(src: str, target: str | None = None) -> list[LintFindin
     return out
 
 
-def check_conformance(src: str) -> None:
+def check_conformance(src: str, tree: ast.Module | None = None) -> None:
     """Raise :class:`KernelConformanceError` unless every kernel of ``src`` conforms."""
-    findings = conformance_findings(src)
+    findings = conformance_findings(src, tree=tree)
     if findings:
         raise KernelConformanceError(findings)

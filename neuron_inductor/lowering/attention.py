@@ -15,15 +15,16 @@ gradients are 0 too (see ``_Ctx``).
 Instructions follow the documented NKI rules (../shared/docs/nki.md §9): comparisons, maximum and
 subtract on VectorE; float32 scalar operands; 1 / rowsum by a reciprocal, never a divide ALU op;
 ScalarE copies as ``activation(copy)`` (``tensor_copy`` is not on ScalarE on trn1); a TensorE transpose
-writes a PSUM tile of its input's dtype, so with bf16/fp16 operands every query tile (forward) and head
-(backward) in flight also holds a PSUM bank of that dtype.
+writes a PSUM tile of its input's dtype, so with bf16/fp16 operands every head in flight of the
+backward also holds a PSUM bank of that dtype, while the forward transposes them as identity matmuls
+into its fp32 score banks (``transpose_instr``).
 
-Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (fp32) or
-``KEY_STEP_LOW`` (bf16/fp16) (PSUM banks of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
+Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two PSUM banks of 128 x 512
+fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
 triangle added by an identity matmul into the same PSUM group, no VectorE pass; other masks added while
 leaving PSUM), row max straight from PSUM (VectorE), P = exp(scale*s - scale*m) in the matmul dtype
 (ScalarE, scale folded into the activation), P^T in 128x128 blocks on TensorE written into the score
-banks just consumed (fp32) or the set's transpose bank (bf16/fp16), evicted, and P [V | 1] accumulated
+banks just consumed, evicted, and P [V | 1] accumulated
 in PSUM: a ones column of V yields the row
 sums, so no activation reduce is needed. Across steps the output and sums are rescaled in fp32 SBUF
 (online softmax) and scaled by 1 / row sum once at the end (FA-2). Scores never leave the chip;
@@ -78,11 +79,6 @@ FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 MAX_SEQ = 8192
 #: query tiles in flight (each holds its own PSUM banks and SBUF tiles)
 FWD_SETS = 4
-#: keys per online-softmax step with bf16/fp16 operands: their P^T needs its own PSUM tile (a
-#: transpose writes its input's dtype), so a set holds one score bank and one P^T bank and four
-#: query tiles stay in flight (cost model at Llama shape: 1024-key steps with two sets, or three
-#: sets sharing two P^T tiles, were latency bound at ~3.1x of roofline against ~2.3x)
-KEY_STEP_LOW = 512
 
 
 def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
@@ -165,6 +161,19 @@ def copy_instr(engine: str, dst: TileRegion, src: TileRegion) -> Instr:
     return Instr(engine, "tensor_copy", dst, {"src": src}, {})
 
 
+def transpose_instr(dst: TileRegion, src: TileRegion, ident: Tile | None) -> Instr:
+    """dst = src^T on TensorE. ``nc_transpose`` writes its input's dtype, so a bf16/fp16 block bound
+    for a float32 PSUM tile is transposed as a matmul instead: stationary = the block, moving = the
+    identity in its dtype (exact: every product is x * 1 or x * 0, accumulated in fp32), at the same
+    TensorE cost as ``nc_transpose``. That lets the forward transpose into its consumed score banks
+    whatever the operand dtype, instead of holding a PSUM bank of that dtype per query tile."""
+    if ident is None or dst.dtype == src.dtype:
+        return Instr("tensor", "nc_transpose", dst, {"data": src}, {})
+    rows = src.sizes[0]
+    return Instr("tensor", "nc_matmul", dst, {"stationary": src, "moving": ident.region(rows, rows)},
+                 {"accumulate": False})
+
+
 class _Ctx:
     """Shared plumbing of both kernels: engines by role, masks.
 
@@ -244,7 +253,7 @@ def _rows_per_partition(x: _T4, S: int, D: int) -> int:
 
 
 def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: int, D: int, dt: str,
-                  tp: tuple[Tile, int], r: int) -> Tile:
+                  tp: tuple[Tile, int], r: int, ident: Tile | None = None) -> Tile:
     """Rows [g0, g0 + n) (n <= 512) of a head transposed: [D, n] in a [128, 512] tile, transposed
     through 512 columns of the PSUM tile ``tp`` = (tile, first column), whose dtype is ``dt`` (a
     TensorE transpose writes its input's dtype). With r > 1 each
@@ -255,13 +264,14 @@ def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: 
     out = kb.tile((PMAX, NMAX), dt, prefix="xT")
     ps, pc = tp
     if r > 1:
-        stage = kb.tile((PMAX, r, D), dt, prefix="x_rows")
-        kb.dma(stage.region(PMAX, r, D),
+        # r contiguous rows per partition (``_rows_per_partition``): one [PMAX, r * D] 2-D block
+        stage = kb.tile((PMAX, r * D), dt, prefix="x_rows")
+        kb.dma(stage.region(PMAX, r * D),
                HBMAccess(x.param, x.off + b * x.st[0] + h * x.st[1] + g0 * x.st[2],
-                         ((r * x.st[2], PMAX), (x.st[2], r), (x.st[3], D))))
+                         ((r * x.st[2], PMAX), (x.st[3], r * D))))
         for j in range(r):
-            kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, pc + PMAX * j), (D, PMAX)),
-                     {"data": TileRegion(stage, (0, j, 0), (PMAX, 1, D))})
+            kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * j), (D, PMAX)),
+                                   TileRegion(stage, (0, j * D), (PMAX, D)), ident))
         inter = kb.tile((PMAX, NMAX // r, r), dt, prefix="xT_strided")
         for j in range(r):
             bal.copy(TileRegion(inter, (0, 0, j), (D, PMAX, 1)), TileRegion(ps, (0, pc + PMAX * j), (D, PMAX)))
@@ -272,17 +282,15 @@ def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: 
         cols = min(PMAX, n - PMAX * jj)
         sr = TileRegion(stage, (0, D * jj), (cols, D))
         kb.dma(sr, x.rows(b, h, g0 + PMAX * jj, cols, D))
-        kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, pc + PMAX * jj), (D, cols)), {"data": sr})
+        kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * jj), (D, cols)), sr, ident))
     bal.copy(out.region(D, n) if n == NMAX else TileRegion(out, (0, 0), (D, n)), TileRegion(ps, (0, pc), (D, n)))
     return out
 
 
 def _tp(ts: dict, bi: int) -> tuple[Tile, int]:
-    """Where a set transposes the blocks of its score bank ``bi``: the bank itself when the operands
-    are fp32, else its columns of the set's PSUM tile in the operands' dtype."""
-    if ts["tp"] is None:
-        return ts["s"][bi], 0
-    return ts["tp"], NMAX * bi
+    """Where a set transposes the blocks of its score bank ``bi``: the bank itself (its scores are
+    consumed by then), first column 0."""
+    return ts["s"][bi], 0
 
 
 def _cols(t: Tile, c0: int, w: int, parts: int) -> TileRegion:
@@ -350,29 +358,30 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     out_dt = res[0][0].dtype if 0 in res else "float32"
     dt = hw_dtype(sources[qn].base_dtype)           # matmul operands: the inputs' own precision
     nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    step = min(KEY_STEP if dt == "float32" else KEY_STEP_LOW, nk * PMAX)
+    step = min(KEY_STEP, nk * PMAX)
     nb = ceil_div(step, NMAX)                        # PSUM banks of scores per set
-    # TensorE transposes write their input's dtype: with bf16/fp16 operands P^T and Q^T/K^T go through
-    # a PSUM tile of that dtype per set
+    # with bf16/fp16 operands P^T and Q^T/K^T are identity matmuls into the fp32 score banks
+    # (``transpose_instr``), so a set holds only its score banks
     low = dt != "float32"
-    nsets = max(1, min(FWD_SETS, kb.target.psum_banks // (nb + low)))
+    nsets = max(1, min(FWD_SETS, kb.target.psum_banks // nb))
     tri = ctx.causal and ctx.mask is None            # causal alone: the mask is a matmul into PSUM
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
-               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for the output"
-               f"{' and P^T' if not low else f', P^T through a {dt} PSUM bank'}), "
+               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for P^T and the output"
+               f"{f' (transposes of {dt} blocks as identity matmuls)' if low else ''}), "
                f"{nsets} query tile(s) in flight; row sums from a ones column of V, 1/rowsum at the end; "
                f"{'causal blocks skipped, diagonal mask added on TensorE; ' if ctx.causal else ''}"
                f"evictions balanced between VectorE and ScalarE")
     bal = _Balance(kb)
     ident = trim = None
-    if tri:   # identity and the strict upper triangle (-HARD where key > query), built once
+    if tri or low:   # identity (and the strict upper triangle, -HARD where key > query), built once
         ident = kb.tile((PMAX, PMAX), dt, prefix="ident")
-        trim = kb.tile((PMAX, PMAX), dt, prefix="tri")
         kb.instr("gpsimd", "iota", ident.region(PMAX, PMAX), {}, pattern=[[1, PMAX]], offset=0,
                  channel_multiplier=-1)
-        kb.instr("vector", "tensor_scalar", trim.region(PMAX, PMAX),
-                 {"data": ident.region(PMAX, PMAX), "operand0": 0.0, "operand1": -HARD}, op0="greater",
-                 op1="multiply")
+        if tri:
+            trim = kb.tile((PMAX, PMAX), dt, prefix="tri")
+            kb.instr("vector", "tensor_scalar", trim.region(PMAX, PMAX),
+                     {"data": ident.region(PMAX, PMAX), "operand0": 0.0, "operand1": -HARD}, op0="greater",
+                     op1="multiply")
         kb.instr("vector", "tensor_scalar", ident.region(PMAX, PMAX),
                  {"data": ident.region(PMAX, PMAX), "operand0": 0.0}, op0="equal")
     # -scale in a column: GpSimd may multiply two tiles (tensor_tensor) but not a tile by a constant
@@ -392,7 +401,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         with kb.loop(H, "affine", "h") as h:
             sets = [dict(
                 s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
-                tp=kb.tile((PMAX, NMAX * nb), dt, "psum", prefix="t_ps") if low else None,
+                ident=ident if low else None,
                 p=kb.tile((PMAX, step), dt, prefix="p"),
                 pts=[kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nb)],
                 ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
@@ -411,7 +420,8 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             rk, rq = _rows_per_partition(k, Sk, D), _rows_per_partition(q, Sq, D)
             for g in range(ceil_div(nk, per)):
                 tp = _tp(sets[g % nsets], (g // nsets) % nb)
-                kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, tp, rk))
+                kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, tp, rk,
+                                        sets[0]["ident"]))
                 vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
                 kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
                 for j in range(g * per, min(nk, (g + 1) * per)):
@@ -421,7 +431,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             for i in range(nq):
                 if i % per == 0:   # Q^T of the next 512 queries, transposed in the bank its first tile uses
                     qT = _load_group_T(kb, bal, q, b, h, PMAX * i, min(NMAX, Sq - PMAX * i), D, dt,
-                                       _tp(sets[i % nsets], nb - 1), rq)
+                                       _tp(sets[i % nsets], nb - 1), rq, sets[0]["ident"])
                 _fwd_qtile(kb, ctx, bal, sets[i % nsets], qT, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
                            D, step)
         if lse is not None:
@@ -429,17 +439,18 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
 
 
 def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
-    """lse = scale * m + ln(l) of every head and query tile at once (one log, one multiply-add), stored
-    with the heads innermost, where torch's logsumexp is contiguous."""
+    """lse = -(ln(1 / l) + (-scale * m)) of every head and query tile at once (one log, one add, one
+    negation), stored with the heads innermost, where torch's logsumexp is contiguous. ``cols`` hold
+    1 / l (the output's final scale) and -scale * m (the forward's running exp bias)."""
     lt, mt = cols
     lr, mr = lt.region(PMAX, nq, H), mt.region(PMAX, nq, H)
     bal.instr("scalar", "activation", lr, {"data": lr}, op="log", scale=1.0)
     alive = None
     if ctx.rows_may_die:   # a row left without keys gets logsumexp 0 (as torch), so P = 0 in backward
         alive = kb.tile((PMAX, nq, H), "float32", prefix="lse_alive").region(PMAX, nq, H)
-        bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": DEAD}, op0="greater")
-    bal.scale_rows(mr, mr, ctx.scale)
+        bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": -ctx.scale * DEAD}, op0="less")
     kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
+    bal.scale_rows(mr, mr, -1.0)
     if alive is not None:
         kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": alive}, op="multiply")
     s0, s1, s2 = lse.st[:3]
@@ -468,9 +479,12 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
 
     def col(c: int) -> TileRegion:
         return TileRegion(st, (0, c), (rows, 1))
-    # stats columns: 0,1 running max (ping-pong), 2 -scale*m, 3 l, 4 alpha / 1/l, 5 lse, 8.. per-bank max
-    M = [col(0), col(1)]
-    NEGM, L, ALPHA, RS = col(2), col(3), col(4), col(5)
+    # stats columns: 0,1 -scale * running max (ping-pong), 2 this step's max, 3 l, 4 alpha / 1/l,
+    # 8.. per-bank max. Only -scale * m is kept: it is the exp's bias, and -scale * max(a, b) =
+    # min(-scale * a, -scale * b) exactly (rounding is monotonic), so one tensor_scalar per step
+    # folds the new maximum into it
+    NEGMS = [col(0), col(1)]
+    MSTEP, ALPHA = col(2), col(4)
     o_ps = TileRegion(ts["s"][0], (0, 0), (rows, D + 1))
     o_sb = ts["osb"].region(rows, D + 1)
     steps = list(range(0, kend, step))
@@ -495,17 +509,22 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
                 bal.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
                 sp = s_sb
             srcs.append((sp, c0, cw))
-            bal.instr("vector", "tensor_reduce", M[si % 2] if nbk == 1 else col(8 + bi), {"data": sp},
+            bal.instr("vector", "tensor_reduce", MSTEP if nbk == 1 else col(8 + bi), {"data": sp},
                       op="maximum", axis=(1,), keepdims=True)
-        m_new, m_old = M[si % 2], M[(si + 1) % 2]
-        if nbk > 1:
-            bal.instr("vector", "tensor_reduce", m_new, {"data": TileRegion(st, (0, 8), (rows, nbk))},
+        NEGM, negm_old = NEGMS[si % 2], NEGMS[(si + 1) % 2]
+        if nbk == 2 and not si:   # -scale * max of the two banks' maxima, in one instruction
+            bal.instr("vector", "tensor_scalar", NEGM, {"data": col(8), "operand0": col(9), "operand1": -scale},
+                      op0="maximum", op1="multiply")
+        elif nbk > 1:
+            bal.instr("vector", "tensor_reduce", MSTEP, {"data": TileRegion(st, (0, 8), (rows, nbk))},
                       op="maximum", axis=(1,), keepdims=True)
-        if si:
-            bal.instr("vector", "tensor_tensor", m_new, {"data1": m_new, "data2": m_old}, op="maximum")
-        bal.scale_rows(NEGM, m_new, -scale)
-        if si:   # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
-            bal.instr("scalar", "activation", ALPHA, {"data": m_old, "bias": NEGM}, op="exp", scale=scale)
+        if si:   # -scale * max(m_step, m_old) = min(-scale * m_step, -scale * m_old)
+            bal.instr("vector", "tensor_scalar", NEGM, {"data": MSTEP, "operand0": -scale, "operand1": negm_old},
+                      op0="multiply", op1="minimum")
+            # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
+            bal.instr("scalar", "activation", ALPHA, {"data": negm_old, "bias": NEGM}, op="exp", scale=-1.0)
+        elif nbk == 1:
+            bal.scale_rows(NEGM, MSTEP, -scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
             pr = TileRegion(ts["p"], (0, NMAX * bi), (rows, cw))
             bal.instr("scalar", "activation", pr, {"data": sp, "bias": NEGM}, op="exp", scale=scale)
@@ -514,8 +533,9 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             nblk = ceil_div(cw, PMAX)
             for t in range(nblk):
                 kc = min(PMAX, cw - PMAX * t)
-                kb.instr("tensor", "nc_transpose", TileRegion(ps, (0, pc + PMAX * t), (kc, rows)),
-                         {"data": TileRegion(ts["p"], (0, NMAX * bi + PMAX * t), (rows, kc))})
+                kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * t), (kc, rows)),
+                                       TileRegion(ts["p"], (0, NMAX * bi + PMAX * t), (rows, kc)),
+                                       ts["ident"]))
             if rows == PMAX and cw % PMAX == 0:
                 bal.copy(pt.region(PMAX, cw), TileRegion(ps, (0, pc), (PMAX, cw)))
             else:
@@ -536,19 +556,16 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
                 bal.scale_rows(o_sb, o_sb, ALPHA)
                 bal.instr("vector", "tensor_tensor", o_sb, {"data1": o_sb, "data2": o_ps}, op="add")
     acc = o_sb if len(steps) > 1 else o_ps
-    m_fin = M[(len(steps) - 1) % 2]
-    if acc.memory == "psum":
-        bal.copy(L, TileRegion(acc.tile, (0, D), (rows, 1)))
-    else:
-        L = TileRegion(acc.tile, (0, D), (rows, 1))
-    if lsecols is not None:   # this tile's l and m join the batch entry's logsumexp inputs
-        for t, x in zip(lsecols, (L, m_fin)):
+    negm_fin = NEGMS[(len(steps) - 1) % 2]
+    # 1 / l (no divide on the engines), read by ScalarE straight from the accumulator (PSUM or SBUF)
+    bal.instr("scalar", "activation", ALPHA, {"data": TileRegion(acc.tile, (0, D), (rows, 1))}, op="reciprocal")
+    if lsecols is not None:   # this tile's 1 / l and -scale * m join the batch entry's logsumexp inputs
+        for t, x in zip(lsecols, (ALPHA, negm_fin)):
             kb.instr("gpsimd", "tensor_copy", TileRegion(t, (0, i, h), (rows, 1, 1)), {"src": x})
-    if out is not None:   # 1 / l (no divide on the engines), 0 for a row left without keys
-        bal.instr("scalar", "activation", ALPHA, {"data": L}, op="reciprocal")
+    if out is not None:   # rows left without keys get output 0
         if ctx.rows_may_die:
-            bal.instr("vector", "tensor_scalar", ALPHA, {"data": m_fin, "operand0": DEAD, "operand1": ALPHA},
-                      op0="greater", op1="multiply")
+            bal.instr("vector", "tensor_scalar", ALPHA, {"data": negm_fin, "operand0": -scale * DEAD,
+                                                         "operand1": ALPHA}, op0="less", op1="multiply")
         osb = ts["oout"].region(rows, D)
         bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), ALPHA)
         kb.dma(out.rows(b, h, q0, rows, D), osb)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.nonconforming
 def test_non_conforming_kernels_fall_back_and_are_not_cached(monkeypatch):
     seen = []
 
-    def findings(src, target=None):
+    def findings(src, target=None, tree=None):
         seen.append(src)
         return [conform.LintFinding("k0", 1, "alu-op-table", "forced by the test")]
 
@@ -34,6 +34,6 @@ def test_non_conforming_kernels_fall_back_and_are_not_cached(monkeypatch):
 
 def test_with_fallback_error_the_finding_is_raised(monkeypatch):
     monkeypatch.setattr(conform, "conformance_findings",
-                        lambda src, target=None: [conform.LintFinding("k0", 1, "alu-op-table", "forced")])
+                        lambda src, target=None, tree=None: [conform.LintFinding("k0", 1, "alu-op-table", "forced")])
     with config.patch(fallback="error"), pytest.raises(Exception, match="alu-op-table"):
         torch.compile(lambda a: a + 1.0, backend="neuron")(torch.randn(8, 8))
