@@ -77,7 +77,7 @@ def test_padded_training_step(arch: str, dtype: str, side: str) -> None:
     torch._dynamo.reset()
     errors, fallbacks = _fallbacks_during(
         lambda: A.check_train(_model(arch), A.padded_batch(A.SEQ, side), dtype))
-    # "router-tie": bf16 MoE grads that match once routers run in float32 (see A.check_train)
+    # "router-tie": bf16 MoE grads that match with routing pinned to the fp32 reference (A.check_train)
     failed = {k: v for k, v in errors.items() if v and k != "router-tie"}
     assert not failed, f"{arch} {dtype} {side}-padded: " + "\n".join(f"{k}: {v}" for k, v in failed.items())
     _check_fallbacks(arch, fallbacks)
