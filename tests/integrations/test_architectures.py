@@ -115,3 +115,44 @@ def test_compare_catches_a_wrong_gradient() -> None:
     eager_bf16 = ref.bfloat16().float()
     assert A._compare("g", eager_bf16, eager_bf16, ref, A.GRAD_TOL) is None
     assert A._compare("g", eager_bf16 * 1.1, eager_bf16, ref, A.GRAD_TOL) is not None
+
+
+def _route(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A top-2 router over 4 experts: the chosen experts' scores, gathered back per token."""
+    scores = (x @ w).softmax(-1)
+    values, idx = torch.topk(scores, 2, dim=-1)
+    return values * (idx.float() + 1)
+
+
+def test_routing_pin_replays_the_reference_choice_in_compiled_code() -> None:
+    """The pinned rerun is only sound if the compiled step really takes the recorded indices:
+    record on one input, replay on another whose own top-2 differs, compiled and eager."""
+    torch._dynamo.reset()
+    x, w = torch.randn(6, 8), torch.randn(8, 4)
+    A._PIN.__init__()
+    expected_idx = torch.topk((x @ w).softmax(-1), 2, dim=-1)[1]
+    with A._PIN.active("record"):
+        _route(x, w)
+    other = -x  # another routing for most tokens
+    assert not torch.equal(torch.topk((other @ w).softmax(-1), 2, dim=-1)[1], expected_idx)
+    scores = (other @ w).softmax(-1)
+    want = scores.gather(-1, expected_idx) * (expected_idx.float() + 1)
+    with A._PIN.active("replay"):
+        eager = _route(other, w)
+    with A._PIN.active("replay"):
+        compiled = torch.compile(_route, backend="neuron", options={"cache": False})(other, w)
+    assert torch.topk is A._TORCH_TOPK  # restored on exit
+    torch.testing.assert_close(eager, want)
+    torch.testing.assert_close(compiled, want)
+    torch._dynamo.reset()
+
+
+def test_routing_pin_counts_only_margins_within_bf16_noise() -> None:
+    """A tie verdict needs a token whose reference k-th/(k+1)-th gap is within the runs' noise."""
+    pin = A._RoutingPin()
+    pin.calls = [(1, -1, True)]
+    pin.scores["record"] = [torch.tensor([[0.50, 0.30, 0.20], [0.40, 0.399, 0.201]])]
+    pin.scores["replay"] = [pin.scores["record"][0] + 0.001]  # uniform shift: noise 0.001
+    assert pin.near_ties() == 1  # only the second token (gap 0.001 <= 3 * 0.001)
+    pin.scores["replay"] = [pin.scores["record"][0].clone()]  # no noise: nothing can flip
+    assert pin.near_ties() == 0
