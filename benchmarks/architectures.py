@@ -15,7 +15,10 @@ length on the LEFT (one run) or on the RIGHT (another run), ``attention_mask`` z
             ``SLIDING_WINDOW``) generate 64 new tokens, past their window; the others 4.
 float32 is compared with eager float32 (summation order is the only difference). bfloat16 is
 compared by error against an eager float32 run of the same (bf16-rounded) weights: the compiled
-error may be at most ``BF16_FACTOR`` times eager bfloat16's own error (plus a small floor).
+error may be at most ``BF16_FACTOR`` times eager bfloat16's own error (plus a small floor). Two
+reruns of a failing bf16 step (``check_train``): an MoE step is rerun with routing pinned to the
+fp32 reference ("tie" in the table), and a failing gradient is compared with eager's rms error
+over nearby problems instead of this step's single sample ("ok*": ``eager_error_spread``).
 It prints a table with one column per (dtype, padding side, check), the declared fallback ops of all
 graphs, and the wall time. ``tests/integrations/test_architectures.py`` runs the same checks.
 """
@@ -50,6 +53,9 @@ FWD_TOL = dict(rtol=1e-4, atol=1e-4)
 GRAD_TOL = dict(rtol=1e-3, atol=1e-4)
 #: bf16: compiled error vs the fp32 reference <= BF16_FACTOR * eager bf16's error + BF16_FLOOR
 BF16_FACTOR, BF16_FLOOR = 2.0, 1e-3
+#: a failing bf16 gradient's eager error is re-estimated over this many nearby problems (see
+#: ``eager_error_spread``); each perturbs every weight by a relative U(-BF16_JITTER, BF16_JITTER)
+BF16_DRAWS, BF16_JITTER = 4, 2.0 ** -8
 DTYPES = ("float32", "bfloat16")
 SIDES = ("right", "left")
 
@@ -155,6 +161,9 @@ class Result:
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
     #: columns whose bf16 grads matched only with routing pinned (see ``check_train``): the bf16 error
     ties: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: columns where some bf16 grads passed only against eager's error over nearby draws
+    #: (``eager_error_spread``): those parameters' single-step errors
+    noise: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -341,16 +350,60 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
     if got_grads.keys() != exp_grads.keys():
         errors["grads"] = f"grads differ in which params: {sorted(got_grads.keys() ^ exp_grads.keys())}"
     else:
-        bad = [e for n in exp_grads if (e := _compare(
+        bad = {n: e for n in exp_grads if (e := _compare(
             f"grad {n}", got_grads[n].float(), exp_grads[n].float(),
-            None if ref_grads is None else ref_grads[n].float(), GRAD_TOL))]
+            None if ref_grads is None else ref_grads[n].float(), GRAD_TOL))}
+        if bad and ref_grads is not None and not pin_routing and not _uses_topk(work, batch):
+            spread = eager_error_spread(model, batch, list(bad))
+            noisy = {n: f"{bad.pop(n)}; eager's rms over {BF16_DRAWS + 1} draws: {spread[n]:.3g}"
+                     for n in list(bad) if _rel(got_grads[n].float(), ref_grads[n].float())
+                     <= BF16_FACTOR * max(spread[n], _rel(exp_grads[n].float(), ref_grads[n].float()))
+                     + BF16_FLOOR}
+            if noisy:
+                errors["bf16-noise"] = "; ".join(noisy.values())
         if bad:
-            errors["grads"] = f"{len(bad)}/{len(exp_grads)} parameters wrong: " + "; ".join(bad[:4])
+            errors["grads"] = f"{len(bad)}/{len(exp_grads)} parameters wrong: " + "; ".join(list(bad.values())[:4])
     if pin_routing:
         errors["pinned"] = f"{len(_PIN.indices)} topk calls pinned, {_PIN.near_ties()} near-tie tokens"
     elif errors["grads"] and dtype == "bfloat16":
         errors.update(_rerun_pinned(model, batch, errors["grads"]))
     return errors
+
+
+def eager_error_spread(model: Any, batch: dict, names: list[str],
+                       draws: int = BF16_DRAWS) -> dict[str, float]:
+    """Eager bf16's typical gradient error for ``names``: the rms over this step and ``draws``
+    nearby ones (every weight times 1 + U(-BF16_JITTER, BF16_JITTER), about one bf16 ulp, then
+    its own fp32 reference), each error measured as in :func:`_compare`.
+
+    One step's error of a matrix gradient is a norm over many entries and barely changes from
+    draw to draw, but a gradient with few entries that sums heavily cancelling terms (e.g. a
+    scalar activation parameter) has a single-sample error: eager may land within 0.01% by luck
+    on one step and at 2-4% on the next. Comparing the compiled error with that one lucky sample
+    fails a computation that is as accurate as eager's; its rms over draws is the fair scale."""
+    errs: dict[str, list[float]] = {n: [] for n in names}
+    for d in range(draws + 1):
+        base = copy.deepcopy(model)
+        if d:
+            gen = torch.Generator().manual_seed(d)
+            with torch.no_grad():
+                for p in base.parameters():
+                    p.mul_(1 + (torch.rand(p.shape, generator=gen) * 2 - 1) * BF16_JITTER)
+        work = base.to(torch.bfloat16)
+        _, ref = _step(copy.deepcopy(work).float(), batch, False, None)
+        _, got = _step(work, batch, False, None)
+        for n in names:
+            errs[n].append(_rel(got[n].float(), ref[n].float()))
+    return {n: (sum(e * e for e in v) / len(v)) ** 0.5 for n, v in errs.items()}
+
+
+def _uses_topk(model: Any, batch: dict) -> bool:
+    """Whether a forward of ``model`` routes with ``torch.topk`` (those failures go to the
+    pinned-routing rerun instead)."""
+    _PIN.__init__()
+    with torch.no_grad(), _PIN.active("record"):
+        model(**batch)
+    return bool(_PIN.indices)
 
 
 def _rerun_pinned(model: Any, batch: dict, failure: str) -> dict[str, str | None]:
@@ -439,6 +492,9 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
                     tie = out.pop("router-tie", None)
                     if tie:
                         res.ties[col] = tie[:2000]
+                    noise = out.pop("bf16-noise", None)
+                    if noise:
+                        res.noise[col] = noise[:2000]
                     res.train[col] = {k: v is None for k, v in out.items()}
                     for k, v in out.items():
                         if v is not None:
@@ -471,6 +527,7 @@ def table(results: list[Result]) -> str:
         for c in cols:
             t = r.train.get(c)
             grads = "tie" if c in r.ties else _mark(t.get("grads")) if t else "-"
+            grads += "*" if c in r.noise and grads == "ok" else ""
             cells.append("-" if t is None else f"{_mark(t.get('fwd'))}/{grads}")
         gen = _mark(r.generate) + (f" ({r.gen_tokens} tok)" if r.generate is not None else "")
         fb = ", ".join(f"{k.replace('aten.', '')}×{v}" for k, v in sorted(r.fallbacks.items()))
@@ -485,6 +542,10 @@ def table(results: list[Result]) -> str:
         lines.append("tie: bf16 MoE gradients that match eager once every run routes as the fp32 "
                      "reference does (tokens whose top-k router scores lie within bf16 noise of "
                      "each other went to other experts; see check_train).")
+    if any(r.noise for r in results):
+        lines.append("ok*: a bf16 gradient with few entries (e.g. a scalar activation parameter) whose "
+                     "compiled error exceeds eager's on this step but not eager's rms error over "
+                     f"{BF16_DRAWS} nearby steps (see eager_error_spread).")
     return "\n".join(lines)
 
 
@@ -515,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.errors:
             for k, v in r.errors.items():
                 print(f"    {k}: {v[:600]}", file=sys.stderr, flush=True)
+            for k, v in r.noise.items():
+                print(f"    {k} grads (within eager's bf16 spread): {v[:600]}", file=sys.stderr, flush=True)
             for k, v in r.ties.items():
                 print(f"    {k} grads (router tie; ok with routing pinned): {v[:600]}", file=sys.stderr,
                       flush=True)

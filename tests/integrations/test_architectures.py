@@ -77,8 +77,8 @@ def test_padded_training_step(arch: str, dtype: str, side: str) -> None:
     torch._dynamo.reset()
     errors, fallbacks = _fallbacks_during(
         lambda: A.check_train(_model(arch), A.padded_batch(A.SEQ, side), dtype))
-    # "router-tie": bf16 MoE grads that match with routing pinned to the fp32 reference (A.check_train)
-    failed = {k: v for k, v in errors.items() if v and k != "router-tie"}
+    # "router-tie" / "bf16-noise": bf16 grads that pass a documented rerun (A.check_train)
+    failed = {k: v for k, v in errors.items() if v and k not in ("router-tie", "bf16-noise")}
     assert not failed, f"{arch} {dtype} {side}-padded: " + "\n".join(f"{k}: {v}" for k, v in failed.items())
     _check_fallbacks(arch, fallbacks)
 
@@ -156,3 +156,34 @@ def test_routing_pin_counts_only_margins_within_bf16_noise() -> None:
     assert pin.near_ties() == 1  # only the second token (gap 0.001 <= 3 * 0.001)
     pin.scores["replay"] = [pin.scores["record"][0].clone()]  # no noise: nothing can flip
     assert pin.near_ties() == 0
+
+
+def test_eager_error_spread_does_not_loosen_a_well_conditioned_gradient() -> None:
+    """The bf16 re-estimate of eager's error is a fair scale, not a loophole: for a weight matrix
+    (a norm over many entries) it stays near this step's own error, so a gradient 10% off still
+    fails against it."""
+    model, batch = _model("llama"), A.padded_batch(40, "left")
+    name = "model.layers.0.mlp.down_proj.weight"
+    spread = A.eager_error_spread(model, batch, [name], draws=2)[name]
+    work = A.copy.deepcopy(model).to(torch.bfloat16)
+    _, ref = A._step(A.copy.deepcopy(work).float(), batch, False, None)
+    _, eager = A._step(work, batch, False, None)
+    single = A._rel(eager[name].float(), ref[name].float())
+    assert 0.5 * single <= spread <= 1.5 * single, (spread, single)
+    wrong = ref[name] * 1.1
+    assert A._rel(wrong, ref[name]) > A.BF16_FACTOR * spread + A.BF16_FLOOR
+
+
+@pytest.mark.slow
+def test_eager_error_spread_of_a_cancelling_scalar_gradient() -> None:
+    """Why the re-estimate exists: apertus' xIELU ``alpha_n`` gradient (layer 0) sums terms whose
+    absolute values add up to ~90x the result; eager bf16 lands within 0.01% of fp32 on the
+    right-padded step by luck, and at 0.07-4% on nearby ones."""
+    model, batch = _model("apertus"), A.padded_batch(A.SEQ, "right")
+    name = "model.layers.0.mlp.act_fn.alpha_n"
+    work = A.copy.deepcopy(model).to(torch.bfloat16)
+    _, ref = A._step(A.copy.deepcopy(work).float(), batch, False, None)
+    _, eager = A._step(work, batch, False, None)
+    single = A._rel(eager[name].float(), ref[name].float())
+    assert single < 1e-3
+    assert A.eager_error_spread(model, batch, [name])[name] > 10 * single
