@@ -543,9 +543,9 @@ def table(results: list[Result]) -> str:
                      "reference does (tokens whose top-k router scores lie within bf16 noise of "
                      "each other went to other experts; see check_train).")
     if any(r.noise for r in results):
-        lines.append("ok*: a bf16 gradient with few entries (e.g. a scalar activation parameter) whose "
-                     "compiled error exceeds eager's on this step but not eager's rms error over "
-                     f"{BF16_DRAWS} nearby steps (see eager_error_spread).")
+        lines.append("ok*: a bf16 gradient whose compiled error exceeds eager's error on this step "
+                     f"but not eager's rms error over this and {BF16_DRAWS} nearby steps (a heavily "
+                     "cancelling sum, e.g. a scalar activation parameter; see eager_error_spread).")
     return "\n".join(lines)
 
 
