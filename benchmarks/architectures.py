@@ -319,7 +319,9 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
     routing pinned to the fp32 reference's choices (:class:`_RoutingPin`). If that run matches and
     the reference has tokens whose top-k margin is within bf16 noise (so a correct bf16 run can
     route them otherwise), the gradients are reported under "router-tie" (a near-tie routed the
-    other way, not a wrong number) instead of failing."""
+    other way, not a wrong number) instead of failing. In a bf16 step without ``topk`` routing, a
+    failing gradient whose compiled error is within BF16_FACTOR x eager's rms error over nearby
+    problems (:func:`eager_error_spread`) passes and is listed under "bf16-noise"."""
     model.train()
     ref = ref_grads = None
     if pin_routing:
@@ -353,19 +355,21 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
         bad = {n: e for n in exp_grads if (e := _compare(
             f"grad {n}", got_grads[n].float(), exp_grads[n].float(),
             None if ref_grads is None else ref_grads[n].float(), GRAD_TOL))}
-        if bad and ref_grads is not None and not pin_routing and not _uses_topk(work, batch):
+        routed = ref_grads is not None and not pin_routing and bool(bad) and _uses_topk(work, batch)
+        if bad and ref_grads is not None and not pin_routing and not routed:
             spread = eager_error_spread(model, batch, list(bad))
-            noisy = {n: f"{bad.pop(n)}; eager's rms over {BF16_DRAWS + 1} draws: {spread[n]:.3g}"
-                     for n in list(bad) if _rel(got_grads[n].float(), ref_grads[n].float())
-                     <= BF16_FACTOR * max(spread[n], _rel(exp_grads[n].float(), ref_grads[n].float()))
-                     + BF16_FLOOR}
+            noisy = []
+            for n in list(bad):
+                bound = BF16_FACTOR * max(spread[n], _rel(exp_grads[n].float(), ref_grads[n].float()))
+                if _rel(got_grads[n].float(), ref_grads[n].float()) <= bound + BF16_FLOOR:
+                    noisy.append(f"{bad.pop(n)}; eager's rms over {BF16_DRAWS + 1} draws: {spread[n]:.3g}")
             if noisy:
-                errors["bf16-noise"] = "; ".join(noisy.values())
+                errors["bf16-noise"] = "; ".join(noisy)
         if bad:
             errors["grads"] = f"{len(bad)}/{len(exp_grads)} parameters wrong: " + "; ".join(list(bad.values())[:4])
     if pin_routing:
         errors["pinned"] = f"{len(_PIN.indices)} topk calls pinned, {_PIN.near_ties()} near-tie tokens"
-    elif errors["grads"] and dtype == "bfloat16":
+    elif errors["grads"] and dtype == "bfloat16" and _uses_topk(work, batch):
         errors.update(_rerun_pinned(model, batch, errors["grads"]))
     return errors
 
