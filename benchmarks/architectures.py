@@ -366,7 +366,8 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
             if noisy:
                 errors["bf16-noise"] = "; ".join(noisy)
         if bad:
-            errors["grads"] = f"{len(bad)}/{len(exp_grads)} parameters wrong: " + "; ".join(list(bad.values())[:4])
+            errors["grads"] = (f"{len(bad)}/{len(exp_grads)} parameters wrong: "
+                               + "; ".join(list(bad.values())[:4]))
     if pin_routing:
         errors["pinned"] = f"{len(_PIN.indices)} topk calls pinned, {_PIN.near_ties()} near-tie tokens"
     elif errors["grads"] and dtype == "bfloat16" and _uses_topk(work, batch):
