@@ -40,6 +40,15 @@ def test_distributed_example_smoke(tmp_path):
     assert sorted(reports) == ["0", "1"], out  # lines may interleave on the shared stdout
 
 
+def test_diffusers_tp_example_smoke(tmp_path):
+    pytest.importorskip("diffusers")
+    out = _run(tmp_path, sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", str(EXAMPLES / "diffusers_tp.py"), "--smoke", timeout=300)
+    import re
+    reports = re.findall(r"rank (\d): \d+ sampling steps, latents match .*?collectives \{[^}]*all_reduce", out)
+    assert sorted(reports) == ["0", "1"], out
+
+
 #: Hugging Face stack examples: the packages each needs, and the line it prints when its own checks pass
 HF_STACK = {
     "diffusers_sampling.py": (("diffusers",), "diffusers models match eager: sampling and training"),

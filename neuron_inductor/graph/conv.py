@@ -7,13 +7,15 @@ one matmul with the weight viewed as ``[O, C * kh * kw]``, which TensorE runs as
 The backward is the same two views and two matmuls.
 
 Any other ungrouped 2-D convolution (the 3x3, padding 1, stride 1 or 2 convolutions of a diffusion
-UNet) is an im2col matmul (conv_im2col.py). Grouped and transposed convolutions are left alone
-(``NotImplemented``: a declared fallback).
+UNet) is an im2col matmul (conv_im2col.py); grouped and depthwise ones are conv_grouped.py. A 1-D
+convolution is the 2-D one over a height-1 image (kernel ``1 x k``). Transposed convolutions are
+left alone (``NotImplemented``: a declared fallback).
 """
 from __future__ import annotations
 
 import torch
 
+from . import conv_grouped as grouped
 from . import conv_im2col as im2col
 
 aten = torch.ops.aten
@@ -39,7 +41,23 @@ def _patch_rows(x: torch.Tensor, kh: int, kw: int) -> tuple[torch.Tensor, int, i
                                 [b * ho * wo, c * kh * kw]), ho, wo
 
 
+def _is_1d(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> bool:
+    return x.dim() == 3 and weight.dim() == 3 and all(len(a) == 1 for a in (stride, padding, dilation))
+
+
+def _as_2d(stride, padding, dilation) -> tuple[list[int], list[int], list[int]]:
+    """1-D conv parameters for the same conv on a [B, C, 1, L] image with a [O, Cg, 1, k] kernel."""
+    return [1, stride[0]], [0, padding[0]], [1, dilation[0]]
+
+
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if _is_1d(x, weight, stride, padding, dilation) and not transposed:
+        out = convolution(aten.unsqueeze.default(x, 2), aten.unsqueeze.default(weight, 2), bias,
+                          *_as_2d(stride, padding, dilation), transposed, [0, 0], groups)
+        return out if out is NotImplemented else aten.squeeze.dim(out, 2)
+    if groups != 1:
+        return grouped.convolution(x, weight, bias, stride, padding, dilation, transposed,
+                                   output_padding, groups)
     if x.dim() != 4 or not _patchify(stride, padding, dilation, transposed, output_padding, groups,
                                      weight.shape[2:]):
         return im2col.convolution(x, weight, bias, stride, padding, dilation, transposed,
@@ -55,6 +73,19 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
+    if _is_1d(x, weight, stride, padding, dilation) and not transposed:
+        grads = convolution_backward(aten.unsqueeze.default(grad_out, 2), aten.unsqueeze.default(x, 2),
+                                     aten.unsqueeze.default(weight, 2), bias_sizes,
+                                     *_as_2d(stride, padding, dilation), transposed, [0, 0], groups,
+                                     output_mask)
+        if grads is NotImplemented:
+            return grads
+        gx, gw, gb = grads
+        return (None if gx is None else aten.squeeze.dim(gx, 2),
+                None if gw is None else aten.squeeze.dim(gw, 2), gb)
+    if groups != 1:
+        return grouped.convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
+                                            transposed, output_padding, groups, output_mask)
     if x.dim() != 4 or not _patchify(stride, padding, dilation, transposed, output_padding, groups,
                                      weight.shape[2:]):
         return im2col.convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,

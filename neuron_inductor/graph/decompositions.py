@@ -73,11 +73,24 @@ def scatter_value(x: torch.Tensor, dim: int, index: torch.Tensor, value):
 @_register(aten.new_empty_strided.default)
 def new_empty_strided(x: torch.Tensor, size, stride, *, dtype=None, layout=None, device=None,
                       pin_memory=None):
-    """Uninitialised memory with contiguous strides (an autograd buffer, e.g. gpt-oss's backward):
-    ``empty`` (lowered as a free constant); other strides stay with the fallback."""
-    if tuple(stride) != contiguous_strides(size):
+    """Uninitialised memory (an autograd buffer, e.g. gpt-oss's backward, or the target of a
+    functionalized copy into a transposed view, e.g. qwen3_5's gated-delta rule): ``empty``
+    (lowered as a free constant) when the strides are contiguous, ``empty`` in the dense order of
+    the strides permuted back when they are a permutation of a contiguous layout; other strides
+    (gaps, overlaps) stay with the fallback."""
+    size, stride = [int(s) for s in size], [int(s) for s in stride]
+    order = sorted(range(len(size)), key=lambda d: (-stride[d], -size[d]))  # outermost first
+    expect, acc = [0] * len(size), 1
+    for d in reversed(order):
+        expect[d] = acc
+        acc *= max(size[d], 1)
+    if any(e != s for d, (e, s) in enumerate(zip(expect, stride)) if size[d] > 1):
         return NotImplemented
-    return aten.empty.memory_format(list(size), dtype=dtype or x.dtype, device=device or x.device)
+    dense = aten.empty.memory_format([size[d] for d in order], dtype=dtype or x.dtype,
+                                     device=device or x.device)
+    if order == sorted(order):
+        return dense
+    return aten.permute.default(dense, [order.index(d) for d in range(len(size))])
 
 
 @_register(aten.embedding_dense_backward.default)

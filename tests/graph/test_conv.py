@@ -25,10 +25,11 @@ def test_patchify_conv_matches_eager_with_no_fallback(shape, kernel, bias):
     assert not stats.fallback_ops()
 
 
-def test_grouped_convolutions_are_a_declared_fallback():
-    """A grouped conv is neither a patch embedding nor an im2col matmul: an (eager) declared fallback.
-    (Padded and strided ungrouped convs are tests/graph/test_conv_im2col.py.)"""
+def test_transposed_convolutions_are_a_declared_fallback():
+    """A transposed conv is neither a patch embedding nor an im2col matmul: an (eager) declared
+    fallback. (Padded and strided ungrouped convs are test_conv_im2col.py, grouped, depthwise and
+    1-D ones test_conv_grouped.py.)"""
     x, w = torch.randn(1, 4, 5, 5), torch.randn(4, 2, 3, 3)
     stats.reset("compile", "fallback_ops")
-    check(lambda x, w: F.conv2d(x, w, padding=1, groups=2), x, w)
+    check(lambda x, w: F.conv_transpose2d(x, w, padding=1), x, w)
     assert stats.fallback_ops()["aten.convolution.default"] == 1

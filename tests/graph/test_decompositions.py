@@ -53,17 +53,35 @@ def test_bool_mask_fill_index_put_is_a_where():
         torch.testing.assert_close(got, fill(x, mask), rtol=0, atol=0)
 
 
-def test_new_empty_strided_contiguous_is_an_empty_and_other_strides_are_left():
+def test_new_empty_strided_dense_is_an_empty_and_other_strides_are_left():
     """Autograd buffers (gpt-oss's and deepseek-v3's MoE backward) ask for ``new_empty_strided`` with
-    contiguous strides: an ``empty`` (no fallback); any other stride pattern stays as it is."""
+    contiguous strides, a functionalized copy into a transposed view (qwen3_5's gated-delta rule)
+    with permuted ones: an ``empty`` (permuted back) with exactly those strides, no fallback; strides
+    with gaps stay as they are."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from neuron_inductor.graph.decompositions import decomposition_table
     aten = torch.ops.aten
     x = torch.randn(3, 4)
-    gm = make_fx(lambda x: aten.new_empty_strided.default(x, [5, 130], [130, 1]).fill_(2.0) + x.sum(),
-                 decomposition_table=decomposition_table())(x)
-    targets = [n.target for n in gm.graph.nodes]
-    assert aten.new_empty_strided.default not in targets and aten.empty.memory_format in targets
-    gm = make_fx(lambda x: aten.new_empty_strided.default(x, [5, 130], [1, 5]),
+    for size, stride in (([5, 130], [130, 1]), ([5, 130], [1, 5]), ([2, 3, 64, 128], [24576, 8192, 1, 64])):
+        gm = make_fx(lambda x: aten.new_empty_strided.default(x, size, stride).fill_(2.0) + x.sum(),
+                     decomposition_table=decomposition_table())(x)
+        targets = [n.target for n in gm.graph.nodes]
+        assert aten.new_empty_strided.default not in targets and aten.empty.memory_format in targets
+        buf = make_fx(lambda x: aten.new_empty_strided.default(x, size, stride),
+                      decomposition_table=decomposition_table())(x)(x)
+        assert buf.shape == tuple(size) and buf.stride() == tuple(stride)
+    gm = make_fx(lambda x: aten.new_empty_strided.default(x, [5, 130], [1, 10]),
                  decomposition_table=decomposition_table())(x)
     assert aten.new_empty_strided.default in [n.target for n in gm.graph.nodes]
+
+
+def test_copy_into_a_transposed_buffer_compiles_with_no_fallback():
+    """``new_empty_strided`` with a transposed view's strides, then ``copy_`` into it (what
+    functionalization leaves for an in-place update of a transposed view)."""
+    def f(x):
+        y = x.transpose(-1, -2)
+        buf = y.new_empty_strided(y.shape, y.stride())
+        buf.copy_(y * 2)
+        return buf.sum(-1) + buf[..., 0]
+    x = torch.randn(2, 3, 130, 7)
+    check(f, x, fallback="error")
