@@ -17,7 +17,6 @@ from typing import Callable
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
-from ..ir import contiguous_strides
 from .decompositions_gather import GATHER_DECOMPOSITIONS, index_put_accumulate
 from .decompositions_random import RANDOM_DECOMPOSITIONS
 from .decompositions_select import SELECT_DECOMPOSITIONS

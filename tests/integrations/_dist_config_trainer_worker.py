@@ -21,7 +21,6 @@ def main() -> None:
     from transformers.distributed import DistributedConfig
 
     from neuron_inductor import stats
-    from neuron_inductor.cache import stats
 
     kw = {}
     if kind == "fsdp":
@@ -41,7 +40,7 @@ def main() -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
                    "graphs_compiled": stats.compiled()["graphs_compiled"], "fallbacks": dict(stats.fallback_ops()),
-                   "misses": stats()["misses"], "hits": stats()["hits"]}, f)
+                   "misses": stats.cache()["misses"], "hits": stats.cache()["hits"]}, f)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,6 @@ def main() -> None:
     rank = dist.get_rank()
     from torch.distributed.device_mesh import init_device_mesh
     from neuron_inductor import stats
-    from neuron_inductor.cache import stats
     from neuron_inductor.runtime import host
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
@@ -86,7 +85,7 @@ def main() -> None:
     ref, tp = tiny_dit().eval(), shard(tiny_dit().eval(), mesh)
     want = denoise(ref, latents, cond)
     torch._dynamo.reset()
-    stats.reset()
+    stats.reset("compile", "fallback_ops")
     got = denoise(torch.compile(tp, backend="neuron", options=options), latents, cond)
     torch.testing.assert_close(full(got), want, **TOL)
     assert not torch.equal(want, latents)
@@ -96,7 +95,7 @@ def main() -> None:
     # training: one step's loss and every gradient
     ref, tp = tiny_dit(), shard(tiny_dit(), mesh)
     torch._dynamo.reset()
-    stats.reset()
+    stats.reset("compile", "fallback_ops")
     host.reset_collective_counts()
     compiled = torch.compile(tp, backend="neuron", options=options)
     losses = []
@@ -112,7 +111,7 @@ def main() -> None:
         torch.testing.assert_close(full(q.grad), p.grad, **TOL, msg=name)
     result.update(train_graphs=stats.compiled()["graphs_compiled"], train_fallbacks=dict(stats.fallback_ops()),
                   collectives=host.collective_counts(), sharded_grads=int(n_sharded),
-                  loss=float(losses[1]), misses=stats()["misses"], hits=stats()["hits"])
+                  loss=float(losses[1]), misses=stats.cache()["misses"], hits=stats.cache()["hits"])
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.barrier()
