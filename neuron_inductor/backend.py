@@ -94,7 +94,10 @@ def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) 
         from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
+        from .graph.complex_pairs import rewrite_complex
         from .graph.decompositions import decomposition_table
+
+        rewrite_complex(gm)  # complex intermediates (rotary embeddings) as real pairs
 
         aot = aot_autograd(
             fw_compiler=_make_compiler("forward", cfg, name),
