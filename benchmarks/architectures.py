@@ -83,6 +83,9 @@ ARCHS: dict[str, dict[str, Any]] = {
     # chunked attention (chunks of 32 tokens)
     "llama4_text": dict(MOE, attention_chunk_size=SLIDING_WINDOW, intermediate_size_mlp=128,
                         interleave_moe_layer_step=1, no_rope_layers=[1, 1]),
+    # more causal LMs of transformers that build from this tiny config (benchmarks/discover_causal_lms.py)
+    "apertus1p5_text": {}, "beam": {}, "bitnet": {}, "cwm": {}, "diffllama": {}, "doge": {},
+    "flint": {}, "hunyuan_v1_dense": {}, "granite_swa": {},
 }
 #: the 30 architectures issue 4 names (``--only core`` runs them)
 CORE = tuple(list(ARCHS)[:30])
