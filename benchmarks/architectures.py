@@ -90,6 +90,10 @@ ARCHS: dict[str, dict[str, Any]] = {
     # chunked attention (chunks of 32 tokens)
     "llama4_text": dict(MOE, attention_chunk_size=SLIDING_WINDOW, intermediate_size_mlp=128,
                         interleave_moe_layer_step=1, no_rope_layers=[1, 1]),
+    # more causal LMs of transformers that build from this tiny config (benchmarks/discover_causal_lms.py)
+    "apertus1p5_text": {}, "beam": {}, "bitnet": {}, "cwm": {}, "diffllama": {}, "doge": {},
+    "flint": {}, "hunyuan_v1_dense": {}, "granite_swa": {}, "granitemoeshared": dict(MOE),
+    "glm4_moe": dict(MOE, n_routed_experts=4, n_shared_experts=1, n_group=1, topk_group=1),
 }
 #: the 30 architectures issue 4 names (``--only core`` runs them)
 CORE = tuple(list(ARCHS)[:30])
@@ -97,7 +101,8 @@ CORE = tuple(list(ARCHS)[:30])
 ZERO_FALLBACK = ("llama", "mistral", "qwen2", "qwen3")
 #: their MoE variants may fall back only on data-dependent routing (which experts a token picks)
 MOE_FAMILY = ("mixtral", "qwen2_moe", "qwen3_moe")
-MOE_BATCHED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "gpt_oss", "deepseek_v3")
+MOE_BATCHED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "gpt_oss", "deepseek_v3",
+               "granitemoeshared", "glm4_moe")
 ROUTING_FALLBACKS = frozenset({"aten.topk.default", "aten.sort.default", "aten.argsort.default",
                                "aten.nonzero.default"})
 

@@ -178,7 +178,7 @@ def index_rows(x: torch.Tensor, indices):
     """
     idx = _leading_indices(x, indices)
     if idx is None:
-        return NotImplemented
+        return _index_one_dim(x, indices)
     k = len(idx)
     lead, rest = list(x.shape[:k]), list(x.shape[k:])
     flat = None
@@ -193,6 +193,20 @@ def index_rows(x: torch.Tensor, indices):
     rows_of = torch.ops.aten.reshape.default(x, [-1] + rest) if k > 1 else x
     rows = aten.index_select.default(rows_of, 0, aten.view.default(flat, [-1]))
     return aten.view.default(rows, out_shape + rest)
+
+
+def _index_one_dim(x: torch.Tensor, indices):
+    """``x[:, ..., i]``: a single integer index tensor after full slices (Falcon splits its fused
+    QKV with ``qkv[..., [-2]]``) is ``index_select`` along that dim, the index's own dims taking
+    its place; any other mix of slices and indices stays NotImplemented (a declared fallback)."""
+    k = len(indices) - 1
+    i = indices[-1] if indices else None
+    if k < 1 or k >= x.dim() or any(j is not None for j in indices[:-1]) or i is None \
+            or i.dtype not in (torch.int64, torch.int32):
+        return NotImplemented
+    i = aten.where.self(aten.lt.Scalar(i, 0), aten.add.Tensor(i, x.shape[k]), i)  # wrap negatives
+    out = aten.index_select.default(x, k, aten.view.default(i, [-1]))
+    return aten.view.default(out, list(x.shape[:k]) + list(i.shape) + list(x.shape[k + 1:]))
 
 
 _register(aten.index_put.default)(index_put_accumulate)  # the one-hot matmul scatter

@@ -20,6 +20,15 @@ def test_leading_index_with_negative_entries():
           fallback="error")
 
 
+def test_single_index_on_a_later_dim_is_an_index_select():
+    """``qkv[:, :, :, [-2]]`` (Falcon's fused QKV split): one index tensor after slices gathers
+    along that dim, forward and backward, with negative and repeated entries and a 2-D index."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 6, 3)
+    check(lambda x: x[:, :, :, [-2]] * 2, x, grad=True, fallback="error")
+    check(lambda x, i: x[:, i], x, torch.tensor([[4, -1], [0, 4]]), grad=True, fallback="error")
+
+
 def test_decomposition_table_is_built_once():
     from neuron_inductor.graph.decompositions import decomposition_table
     assert decomposition_table() is decomposition_table()
