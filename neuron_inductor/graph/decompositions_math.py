@@ -76,3 +76,25 @@ def pow_scalar_base(base, exponent: torch.Tensor) -> torch.Tensor:
     if base == 1:
         return torch.ones_like(exponent)
     return torch.exp(exponent.float() * math.log(base)).to(exponent.dtype)
+
+
+def _floor_div_pow2(a: torch.Tensor, b) -> torch.Tensor:
+    """Integer floor division by a positive power of two is an arithmetic right shift, exact for
+    every value (a chunked-attention mask's ``(kv_idx - pad) // chunk_size``); other divisors keep
+    the declared fallback (the engines divide in float32, inexact beyond 2^24)."""
+    if (a.is_floating_point() or a.dtype == torch.bool or isinstance(b, bool) or not isinstance(b, int)
+            or b <= 0 or b & (b - 1)):
+        return NotImplemented
+    return torch.bitwise_right_shift(a, b.bit_length() - 1)
+
+
+@_register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(a: torch.Tensor, b, *, rounding_mode=None) -> torch.Tensor:
+    if rounding_mode != "floor":
+        return NotImplemented
+    return _floor_div_pow2(a, b)
+
+
+@_register(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(a: torch.Tensor, b) -> torch.Tensor:
+    return _floor_div_pow2(a, b)

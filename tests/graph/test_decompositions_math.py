@@ -42,3 +42,16 @@ def test_pow_of_a_negative_or_zero_base_is_not_rewritten_through_log():
     x = torch.tensor([0.0, 1.0, 2.0, -1.0, 0.5] * 20)
     check(lambda t: torch.pow(0.0, t), x)
     check(lambda t: torch.pow(-2.0, t), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+def test_integer_floor_division_by_a_power_of_two_is_a_shift(dtype):
+    """A chunked-attention mask's ``pos // chunk_size``: exact for negative and extreme values."""
+    x = torch.randint(-2**31, 2**31 - 1, (300,), dtype=dtype) * (3 if dtype == torch.int64 else 1)
+    for fn in (lambda t: t // 8, lambda t: torch.div(t, 1024, rounding_mode="floor"), lambda t: t // 1):
+        stats.reset()
+        check(fn, x)
+        assert not stats.fallback_ops(), dict(stats.fallback_ops())
+    stats.reset()
+    check(lambda t: t // 6, x)  # other divisors: the declared fallback, eager's answer
+    assert stats.fallback_ops()

@@ -126,7 +126,10 @@ for _name, _fn in {"abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
                    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b))}.items():
     BINARY[_name] = Op(_name, _f32(_fn))
 for _name, _fn in {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-                   "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift,
+                   "bitwise_xor": np.bitwise_xor,
+                   # a 32-bit word shifted left drops the bits moved past bit 31 (as a signed word)
+                   "left_shift": lambda a, b: (((np.asarray(a).astype(np.int64) << b) & 0xFFFFFFFF)
+                                               ^ 0x80000000) - 0x80000000,
                    "right_shift": lambda a, b: (a & 0xFFFFFFFF) >> b,
                    "invert": lambda a, b: np.invert(a)}.items():
     BINARY[_name] = Op(_name, _fn)
