@@ -15,9 +15,8 @@ from tests.opinfo.sweep import cases, op_db, run_case  # noqa: E402
 
 #: ops users' models lean on, each with every sample shape class OpInfo builds (0-d, empty,
 #: broadcast, non-contiguous); the whole database runs through benchmarks/opinfo.py
-DEFAULT = ("add", "mul", "sub", "where", "abs", "exp", "sum", "mean", "amax", "softmax", "log_softmax",
-           "index_select", "gather", "cumsum", "masked_fill", "clamp", "quantile", "nn.functional.gelu",
-           "nn.functional.silu", "nn.functional.layer_norm", "nn.functional.embedding", "matmul")
+DEFAULT = ("add", "where", "sum", "mean", "amax", "log_softmax", "index_select", "gather", "cumsum",
+           "masked_fill", "log", "sqrt", "nn.functional.silu", "nn.functional.layer_norm")
 FAILING = ("compile-error", "sim-error", "error", "wrong-fwd", "wrong-grad", "graph-fallback")
 
 
@@ -28,7 +27,7 @@ def _ops():
 
 @pytest.mark.parametrize("op", _ops(), ids=lambda op: op.name)
 def test_opinfo_samples_match_eager(op):
-    for c in cases(op, torch.float32, grad=True, limit=3):
+    for c in cases(op, torch.float32, grad=True, limit=2):
         out = run_case(c)
         assert out.kind not in FAILING, f"{c.describe()}: {out.kind}: {out.detail}"
 
