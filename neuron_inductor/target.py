@@ -122,3 +122,12 @@ def get_target(name: str | None = None) -> Target:
         return TARGETS[name]
     except KeyError:
         raise ValueError(f"unknown Neuron target {name!r}; valid targets: {sorted(TARGETS)}") from None
+
+
+def common_limit(field: str) -> int:
+    """A limit every target shares (``partitions``, ``matmul_n_max``...), for kernels whose tiling is
+    fixed at module level (flash attention's 128-row tiles and 512-column score banks)."""
+    values = {getattr(t, field) for t in TARGETS.values()}
+    if len(values) != 1:
+        raise ValueError(f"targets differ in {field}: {sorted(values)}")
+    return values.pop()

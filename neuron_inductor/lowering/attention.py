@@ -47,13 +47,15 @@ import torch.fx as fx
 
 from ..costmodel.instrs import instr_cost, make_evaluator
 from ..ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
+from ..target import common_limit
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
 from .registry import register_lowering
 
 aten = torch.ops.aten
-PMAX = 128
-NMAX = 512
+#: partitions of a tile and columns of a PSUM score bank, from the target (the same on every target)
+PMAX = common_limit("partitions")
+NMAX = common_limit("matmul_n_max")
 #: 128-key blocks per PSUM bank of fp32 scores
 BLOCKS_PER_BANK = NMAX // PMAX
 #: keys per online-softmax step of the forward: two PSUM banks of fp32 scores, reused for P^T and the
