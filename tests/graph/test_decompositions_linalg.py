@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from neuron_inductor import stats
-from neuron_inductor.graph.decompositions_linalg import MAX_N
+from neuron_inductor.graph.decompositions_linalg import BLOCK, MAX_N
 from tests._compare import check, run_compiled
 
 
@@ -33,6 +33,14 @@ def test_solve_matches_eager_forward_and_backward_without_fallback(upper, left, 
     b = torch.randn(3, n, 5) if left else torch.randn(3, 5, n)  # batch broadcasts against a's
     stats.reset()
     check(_solve(upper, left, unit), a, b, grad=True)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
+
+
+@pytest.mark.parametrize("upper", [False, True], ids=["lower", "upper"])
+def test_system_within_one_block_uses_plain_substitution(upper):
+    torch.manual_seed(1)
+    n = BLOCK - 7
+    check(_solve(upper, True, False), _system((3,), n), torch.randn(3, n, 2), grad=True)
     assert not stats.fallback_ops(), dict(stats.fallback_ops())
 
 
