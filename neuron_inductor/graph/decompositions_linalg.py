@@ -14,7 +14,7 @@ Why not a faster doubling inverse (``(I + N)^-1 = prod_k (I + (-N)^(2^k))``, log
 sums the Neumann series, whose terms grow like binomial coefficients when the rows of ``N`` are
 alike (the gated delta rule's ``ut_system`` with similar keys, beta near 1 and little decay is
 exactly that: its inverse is small but ``N^k`` reaches ~1e17 at n = 64) and fp32 cancels to noise.
-Substitution is what LAPACK's ``trsm`` does, with the same rounding behaviour.
+Substitution only ever sums terms of the solution's own size, like LAPACK's ``trsm``.
 
 The work is done in float32 (bf16 accumulating ``n`` updates would drift; eager has no bf16 solve on
 CPU at all). Above ``MAX_N`` the unrolled graph grows too large, so the op stays a declared fallback,
