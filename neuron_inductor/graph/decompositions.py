@@ -342,4 +342,6 @@ def decomposition_table() -> dict:
     table.update(group_norm)
     table.update(resample)
     table.update(math_ops)
+    from .decompositions_linalg import DECOMPOSITIONS as linalg  # solve_triangular by substitution
+    table.update(linalg)
     return table
