@@ -55,7 +55,7 @@ def _blocked(strict: torch.Tensor, r: torch.Tensor, upper: bool) -> torch.Tensor
     substitution on the identity), then sweep the blocks, each one matmul for the update from the
     solved blocks and one with the block's inverse. ``n`` is padded to a block multiple with an
     identity tail (zero ``strict``, zero right-hand side), whose solution is zero and dropped."""
-    n, k = strict.shape[-1], r.shape[-1]
+    n = strict.shape[-1]
     nb = -(-n // BLOCK)
     pad = nb * BLOCK - n
     if pad:
