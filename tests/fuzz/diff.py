@@ -58,6 +58,16 @@ def _close(got: torch.Tensor, want: torch.Tensor, noisy: bool) -> str | None:
             f"compiled {float(g.reshape(-1)[i]):.6g})")
 
 
+def failure(e: BaseException) -> Outcome:
+    """The outcome of an exception raised while compiling or running: the simulator refusing a
+    kernel, Dynamo reporting a backend failure, or anything else."""
+    names = {c.__name__ for c in type(e).__mro__}
+    kind = "sim-error" if "SimulatorError" in names or "SimulatorError" in str(e)[:200] else \
+        "compile-error" if "BackendCompilerFailed" in names else "error"
+    msg = str(e).strip().splitlines()
+    return Outcome(kind, f"{type(e).__name__}: {' | '.join(msg[:3])}"[:400])
+
+
 def _inputs(args, grad: bool) -> list:
     out = []
     for a in args:
@@ -91,11 +101,7 @@ def run(p: Program, grad: bool = True) -> Outcome:
         if grad:
             torch.autograd.backward(got, seeds)
     except Exception as e:  # noqa: BLE001 - every failure is classified and reported
-        names = {c.__name__ for c in type(e).__mro__}
-        kind = "sim-error" if "SimulatorError" in names or "SimulatorError" in str(e)[:200] else \
-            "compile-error" if "BackendCompilerFailed" in names else "error"
-        msg = str(e).strip().splitlines()
-        return Outcome(kind, f"{type(e).__name__}: {' | '.join(msg[:3])}"[:400])
+        return failure(e)
     finally:
         torch._dynamo.reset()
     for k, (g, w) in enumerate(zip(got, want)):

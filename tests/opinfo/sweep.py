@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils import _pytree as pytree
 
-from tests.fuzz.diff import Outcome, _close
+from tests.fuzz.diff import Outcome, _close, failure
 
 #: ops whose result is random or uninitialised: eager and compiled legitimately differ
 UNJUDGEABLE = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
@@ -109,11 +109,7 @@ def run_case(c: Case) -> Outcome:
         if diff and len(gdiff) == len(diff):
             torch.autograd.backward(gdiff, seeds)
     except Exception as e:  # noqa: BLE001 - every failure is classified and reported
-        names = {k.__name__ for k in type(e).__mro__}
-        kind = "sim-error" if "SimulatorError" in names or "SimulatorError" in str(e)[:200] else \
-            "compile-error" if "BackendCompilerFailed" in names else "error"
-        msg = str(e).strip().splitlines()
-        return Outcome(kind, f"{type(e).__name__}: {' | '.join(msg[:3])}"[:400])
+        return failure(e)
     finally:
         torch._dynamo.reset()
     if len(got) != len(want):
