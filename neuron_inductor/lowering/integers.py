@@ -11,10 +11,10 @@ native 32-bit arithmetic) and the bitvec ops (VectorE, bit patterns). From these
   shifts and masks, each digit exact in fp32;
 * an int64 value read from HBM keeps both 32-bit words; add and subtract carry between the words;
   comparisons, ``where`` and bitwise ops work on both words;
-* what has no exact form here (an int64 multiply whose result may leave int32, other than by a
-  constant up to 16 in magnitude, done as word-pair shift-and-add; an integer sum or max
-  not proven exact in fp32) raises ``NotImplementedError``: the node becomes a declared fallback,
-  run eagerly, logged and counted.
+* an int64 multiply whose result may leave int32 is a word-pair product mod 2**64 (16-bit partial
+  products on GpSimd's wrapping int32 multiply), or shift-and-add for a constant up to 16;
+* what has no exact form here (an integer sum or max not proven exact in fp32) raises
+  ``NotImplementedError``: the node becomes a declared fallback, run eagerly, logged and counted.
 
 ``TVal.bound`` carries a proven bound on ``|value|`` (from dtypes, constants and ``arange``) so the
 common cases (bool masks, positions, narrow types) keep the one-instruction fp32 forms.
@@ -146,7 +146,7 @@ def arith(ctx, op: str, a: TVal, b: TVal, dtype: torch.dtype) -> TVal:
             c, v = (b, a) if b.kind == "scalar" else (a, b)
             if c.kind == "scalar" and abs(int(c.scalar)) <= _SHIFT_ADD_MAX:
                 return _pair_times(ctx, v, int(c.scalar), kind)
-            raise NotImplementedError("int64 multiply whose result may leave the int32 range")
+            return _pair_multiply(ctx, a, b, kind)
         return _pair_addsub(ctx, op, a, b, kind)
     dst = _tt(ctx, "gpsimd", op, as_int32(ctx, a, kind), as_int32(ctx, b, kind), "int32", kind)
     return wrap(ctx, TVal(kind, dst, bound=res if res is not None and res < I32 else None), dtype)
@@ -186,6 +186,37 @@ def _pair_times(ctx, v: TVal, c: int, kind: str) -> TVal:
     if acc is v and v.kind != kind:
         acc = TVal(kind, as_int32(ctx, v, kind), hi=as_int32(ctx, v, kind, 1))
     return acc
+
+
+def _mulhi_u32(ctx, x, y, kind: str):
+    """The high word of the unsigned 32 x 32-bit product of two int32 words, from 16-bit halves:
+    every partial product is below 2**32 and every sum of 16-bit pieces below 2**18, so GpSimd's
+    wrapping int32 multiply and add and the bitvec ``and`` / logical ``right_shift`` are exact."""
+    def half(w, high: bool):
+        return _ts(ctx, "right_shift", w, 16, "int32", kind) if high else \
+            _ts(ctx, "bitwise_and", w, 0xFFFF, "int32", kind)
+
+    def mul(p, q):
+        return _tt(ctx, "gpsimd", "multiply", p, q, "int32", kind)
+
+    def add(p, q):
+        return _tt(ctx, "gpsimd", "add", p, q, "int32", kind)
+    x0, x1, y0, y1 = half(x, False), half(x, True), half(y, False), half(y, True)
+    p00, p01, p10, p11 = mul(x0, y0), mul(x0, y1), mul(x1, y0), mul(x1, y1)
+    mid = add(add(half(p00, True), half(p01, False)), half(p10, False))
+    return add(add(add(p11, half(p01, True)), half(p10, True)), half(mid, True))
+
+
+def _pair_multiply(ctx, a: TVal, b: TVal, kind: str) -> TVal:
+    """``a * b`` mod 2**64 on (low, high) int32 word pairs: low = lo(al * bl); high = hi(al * bl) +
+    al * bh + ah * bl (mod 2**32), the wrap-around torch's int64 multiply has."""
+    al, bl = as_int32(ctx, a, kind), as_int32(ctx, b, kind)
+    ah, bh = as_int32(ctx, a, kind, 1), as_int32(ctx, b, kind, 1)
+    lo = _tt(ctx, "gpsimd", "multiply", al, bl, "int32", kind)
+    cross = _tt(ctx, "gpsimd", "add", _tt(ctx, "gpsimd", "multiply", al, bh, "int32", kind),
+                _tt(ctx, "gpsimd", "multiply", ah, bl, "int32", kind), "int32", kind)
+    hi = _tt(ctx, "gpsimd", "add", _mulhi_u32(ctx, al, bl, kind), cross, "int32", kind)
+    return TVal(kind, lo, hi=hi)
 
 
 def negate(ctx, a: TVal, dtype: torch.dtype) -> TVal:

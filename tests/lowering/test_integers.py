@@ -2,8 +2,7 @@
 
 Every integer op we lower, per dtype, on values at the type's limits, negative and random, across a
 ragged number of 128-row tiles, compared exactly with eager. The only ops allowed to run eagerly are
-the declared refusals: an int64 multiply whose result may leave int32 and integer sums not proven
-exact in fp32.
+the declared refusals: integer sums and max/min not proven exact in fp32.
 """
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from neuron_inductor import stats
 
 INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
 #: ops that may be declared fallbacks (and which dtypes may need them)
-DECLARED = {"aten.mul.Tensor": {torch.int64}, "aten.sum.dim_IntList": {torch.int32, torch.int64},
+DECLARED = {"aten.sum.dim_IntList": {torch.int32, torch.int64},
             "aten.amax.default": {torch.int32, torch.int64}, "aten.amin.default": {torch.int32, torch.int64}}
 
 
@@ -149,3 +148,19 @@ def test_int64_where_neg_abs_far_outside_int32():
                             i + j, i - j, i + (2**32 - 1), i - 2**31, i > j, i <= j, i == -j, i < -(2**40),
                             torch.maximum(i, j), i.to(torch.int32), i.to(torch.float32), i.to(torch.int16),
                             torch.where(i > 2**40, i, j) * 5), (i, j, m), torch.int64)
+
+
+def test_int64_products_leaving_int32_are_exact_word_pair_products():
+    """``r * 128256 + t`` and ``cumsum(mask) * mask`` (OPT / BLOOM positions) on int64 were declared
+    fallbacks; they are word-pair products mod 2**64 now, wrapping like torch at the int64 limits."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randint(-2**62, 2**62, (300, 3), generator=g)
+    b = torch.randint(-2**62, 2**62, (300, 3), generator=g)
+    a[0] = torch.tensor([-2**63, 2**63 - 1, -1])
+    b[0] = torch.tensor([-1, 2**63 - 1, 2**32 + 7])
+    r = torch.randint(0, 2**31 - 1, (300, 3), generator=g)
+    mask = (b > 0).long()
+    stats.reset("fallback_ops")
+    check_cases(lambda a, b, r, m: (a * b, r * 128256 + m, torch.cumsum(m, 1) * m - 1, a * r),
+                [(a, b, r, mask)])
+    assert not stats.fallback_ops(), stats.fallback_ops()
