@@ -49,6 +49,7 @@ from ..costmodel.instrs import instr_cost, make_evaluator
 from ..ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
 from ..target import common_limit
 from .builder import KernelBuilder, ceil_div
+from .loops import maybe_loop
 from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
 from .registry import register_lowering
 
@@ -390,7 +391,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     # (tensor_scalar there is rsqrt only), so -scale * m stays off the busy VectorE / ScalarE
     negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
     kb.instr("gpsimd", "memset", negs.region(PMAX, 1), {}, value=float(-ctx.scale))
-    with kb.loop(B, "affine", "b") as b:
+    with maybe_loop(kb, B, "affine", "b") as b:
         # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
         # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
         # spanning the heads moves more than 4 bytes per descriptor
@@ -400,7 +401,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             if Sq % PMAX:   # rows past the last tile's queries are never written: keep them finite
                 kb.instr("gpsimd", "memset", lsecols[0].region(PMAX, nq, H), {}, value=1.0)
                 kb.instr("gpsimd", "memset", lsecols[1].region(PMAX, nq, H), {}, value=0.0)
-        with kb.loop(H, "affine", "h") as h:
+        with maybe_loop(kb, H, "affine", "h") as h:
             sets = [dict(
                 s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
                 ident=ident if low else None,

@@ -15,6 +15,7 @@ from ..ir import HBMAccess, TileRegion
 from .attention import FLASH_BWD, PMAX, _T4, _args, _ctx, _in, _out, _results, unsupported
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, hw_dtype
+from .loops import maybe_loop
 from .registry import register_lowering
 
 #: keys per backward block: one 128-key tile, so S | dP (2 x 128 fp32) and the group's dK | dV
@@ -60,7 +61,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                f"queries x {KEY_GROUP} keys: S and dP recomputed in PSUM, P from the saved logsumexp, dK/dV of "
                f"the key group accumulated in PSUM over the query tiles, dQ summed over the group in PSUM "
                f"then into an fp32 SBUF buffer{'; causal blocks skipped' if ctx.causal else ''}")
-    with kb.loop(B, "affine", "b") as b, kb.loop(H, "affine", "h") as h:
+    with maybe_loop(kb, B, "affine", "b") as b, maybe_loop(kb, H, "affine", "h") as h:
         # one PSUM bank per set: S / dS^T in columns [0, G), dP / dQ in [G, 2G)
         # TensorE transposes write their input's dtype: bf16/fp16 ones go through a PSUM tile of it
         ntg = KEY_GROUP // PMAX

@@ -170,9 +170,9 @@ _USER_SCRIPT = textwrap.dedent("""
 
     _, eager = train(False)
     backend, compiled = train(True)
-    ours = sys.modules.get("neuron_inductor.compile")  # loaded by the backend, never by this script
+    ours = sys.modules.get("neuron_inductor.stats")  # loaded by the backend, never by this script
     print("RESULT" + json.dumps({"backend": backend, "eager": eager, "compiled": compiled,
-                                 "graphs_compiled": dict(ours.counters).get("graphs_compiled", 0)
+                                 "graphs_compiled": ours.compiled()["graphs_compiled"]
                                  if ours else 0}))
 """)
 
