@@ -39,6 +39,9 @@ def dit() -> SD3Transformer2DModel:
 
 
 def tensor_parallel(model: SD3Transformer2DModel, mesh) -> SD3Transformer2DModel:
+    """Shard every joint block's attention and MLP linears over ``mesh``; the rest stays replicated.
+
+    Also the plan ``tests/integrations/_dist_dit_worker.py`` tests."""
     plan = {}
     for i, block in enumerate(model.transformer_blocks):
         p = f"transformer_blocks.{i}"
@@ -53,13 +56,13 @@ def tensor_parallel(model: SD3Transformer2DModel, mesh) -> SD3Transformer2DModel
                 plan[f"{p}.{ff}.net.2"] = RowwiseParallel()
     parallelize_module(model, mesh, plan)
     for block in model.transformer_blocks:
-        block.attn.heads //= mesh.size()
+        block.attn.heads //= mesh.size()  # the SD3 processor reshapes the local q/k/v by attn.heads
     return model
 
 
-def sample(model, latents, cond):
+def sample(model, latents, cond, steps: int = STEPS):
     scheduler = FlowMatchEulerDiscreteScheduler()
-    scheduler.set_timesteps(STEPS)
+    scheduler.set_timesteps(steps)
     with torch.no_grad():
         for t in scheduler.timesteps:
             pred = model(hidden_states=latents, timestep=t.expand(latents.shape[0]), **cond).sample

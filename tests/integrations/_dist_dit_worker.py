@@ -5,7 +5,7 @@ whole and runs eager (the single-process reference), the other is sharded with
 ``parallelize_module`` -- q/k/v and the context projections ``ColwiseParallel`` (each rank gets half
 the heads), the attention output projections and the feed-forward down projections ``RowwiseParallel``
 (an all-reduce), the feed-forward up projections ``ColwiseParallel`` -- and compiled with
-``backend="neuron"``. The adaptive norms, embeddings and ``proj_out`` stay replicated. Diffusers'
+``backend="neuron"`` (the plan is ``examples/diffusers_tp.py``'s). The adaptive norms, embeddings and ``proj_out`` stay replicated. Diffusers'
 ``JointAttnProcessor2_0`` splits heads with ``attn.heads``, so each sharded attention is told its local
 head count (the torchtitan convention for TP attention). A 3-step flow-matching denoising loop and one
 training step (MSE loss, every gradient gathered with ``full_tensor``) are compared with the
@@ -18,51 +18,12 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "examples")]
 from _diffusers import dit_inputs, tiny_dit  # noqa: E402
+from diffusers_tp import full, sample, tensor_parallel  # noqa: E402  (the example's plan is what is tested)
 
 TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-def tp_plan(model) -> dict:
-    """Module path -> style for every linear inside the joint transformer blocks' attention and MLPs."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-    plan = {}
-    for i, block in enumerate(model.transformer_blocks):
-        p = f"transformer_blocks.{i}"
-        for name in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"):
-            plan[f"{p}.attn.{name}"] = ColwiseParallel()
-        plan[f"{p}.attn.to_out.0"] = RowwiseParallel()
-        if block.attn.to_add_out is not None:
-            plan[f"{p}.attn.to_add_out"] = RowwiseParallel()
-        for ff in ("ff", "ff_context"):
-            if getattr(block, ff, None) is not None:
-                plan[f"{p}.{ff}.net.0.proj"] = ColwiseParallel()
-                plan[f"{p}.{ff}.net.2"] = RowwiseParallel()
-    return plan
-
-
-def shard(model, mesh):
-    from torch.distributed.tensor.parallel import parallelize_module
-    parallelize_module(model, mesh, tp_plan(model))
-    for block in model.transformer_blocks:
-        block.attn.heads //= mesh.size()  # the processor reshapes the local q/k/v by attn.heads
-    return model
-
-
-def denoise(model, latents, cond) -> torch.Tensor:
-    from diffusers import FlowMatchEulerDiscreteScheduler
-    sched = FlowMatchEulerDiscreteScheduler()
-    sched.set_timesteps(3)
-    with torch.no_grad():
-        for t in sched.timesteps:
-            pred = model(hidden_states=latents, timestep=t.expand(latents.shape[0]), **cond).sample
-            latents = sched.step(pred, t, latents).prev_sample
-    return latents
-
-
-def full(t):
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 def main() -> None:
@@ -82,18 +43,18 @@ def main() -> None:
     result = {"rank": rank}
 
     # inference: the denoising loop, one compiled graph for every step
-    ref, tp = tiny_dit().eval(), shard(tiny_dit().eval(), mesh)
-    want = denoise(ref, latents, cond)
+    ref, tp = tiny_dit().eval(), tensor_parallel(tiny_dit().eval(), mesh)
+    want = sample(ref, latents, cond, steps=3)
     torch._dynamo.reset()
     stats.reset("compile", "fallback_ops")
-    got = denoise(torch.compile(tp, backend="neuron", options=options), latents, cond)
+    got = sample(torch.compile(tp, backend="neuron", options=options), latents, cond, steps=3)
     torch.testing.assert_close(full(got), want, **TOL)
     assert not torch.equal(want, latents)
     result["infer_graphs"] = stats.compiled()["graphs_compiled"]
     result["infer_fallbacks"] = dict(stats.fallback_ops())
 
     # training: one step's loss and every gradient
-    ref, tp = tiny_dit(), shard(tiny_dit(), mesh)
+    ref, tp = tiny_dit(), tensor_parallel(tiny_dit(), mesh)
     torch._dynamo.reset()
     stats.reset("compile", "fallback_ops")
     host.reset_collective_counts()
