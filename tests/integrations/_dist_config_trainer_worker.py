@@ -7,27 +7,18 @@ with ``from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=2 | t
 no config, eager, 4 rows per step (the two ranks' rows together: FSDP averages their gradients).
 Writes rank<N>.json: the logged per-step losses, cache misses/hits, graphs built, fallbacks.
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _hf import TokenDataset  # noqa: E402
+from _hf import TokenDataset, load_distributed_llama, write_rank_result  # noqa: E402
 
 
 def main() -> None:
     kind, ckpt, out = sys.argv[1], sys.argv[2], sys.argv[3]
-    from transformers import LlamaForCausalLM, Trainer, TrainingArguments
-    from transformers.distributed import DistributedConfig
+    from transformers import Trainer, TrainingArguments
 
-    from neuron_inductor import stats
-
-    kw = {}
-    if kind == "fsdp":
-        kw["distributed_config"] = DistributedConfig(fsdp_size=2)
-    elif kind == "tp":
-        kw["distributed_config"] = DistributedConfig(tp_size=2)
-    model = LlamaForCausalLM.from_pretrained(ckpt, **kw)
+    model = load_distributed_llama(kind, ckpt)
     compiled = kind != "single"
     args = TrainingArguments(
         output_dir=os.path.join(out, "trainer"), max_steps=3, learning_rate=1e-3, logging_steps=1,
@@ -36,11 +27,7 @@ def main() -> None:
         torch_compile=compiled, torch_compile_backend="neuron" if compiled else None)
     trainer = Trainer(model=model, args=args, train_dataset=TokenDataset())
     trainer.train()
-    rank = int(os.environ.get("RANK", 0))
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
-                   "graphs_compiled": stats.compiled()["graphs_compiled"], "fallbacks": dict(stats.fallback_ops()),
-                   "misses": stats.cache()["misses"], "hits": stats.cache()["hits"]}, f)
+    write_rank_result(out, [h["loss"] for h in trainer.state.log_history if "loss" in h])
 
 
 if __name__ == "__main__":

@@ -6,30 +6,18 @@ no config, no process group: the reference), compiles it with ``backend="neuron"
 eager), runs 3 AdamW steps on the same batches on every rank (so FSDP's averaged gradient is the
 single-process one) and writes rank<N>.json: per-step losses, cache misses/hits, fallbacks.
 """
-import json
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _hf import TokenDataset  # noqa: E402
+from _hf import TokenDataset, load_distributed_llama, write_rank_result  # noqa: E402
 
 
 def main() -> None:
     kind, ckpt, out = sys.argv[1], sys.argv[2], sys.argv[3]
-    from transformers import LlamaForCausalLM
-    from transformers.distributed import DistributedConfig
-
-    from neuron_inductor import stats as ni_stats
-    from neuron_inductor.cache import stats
-
-    kw = {}
-    if kind == "tp":
-        kw["distributed_config"] = DistributedConfig(tp_size=2)
-    elif kind == "fsdp":
-        kw["distributed_config"] = DistributedConfig(fsdp_size=2)
-    model = LlamaForCausalLM.from_pretrained(ckpt, **kw)
+    model = load_distributed_llama(kind, ckpt)
     model.train()
     step_fn = model if kind == "single" else torch.compile(model, backend="neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -43,11 +31,7 @@ def main() -> None:
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach().full_tensor() if hasattr(loss, "full_tensor") else loss.detach()))
-    rank = int(os.environ.get("RANK", 0))
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "losses": losses, "graphs_compiled": ni_stats.compiled()["graphs_compiled"],
-                   "fallbacks": dict(ni_stats.fallback_ops()), "misses": stats()["misses"],
-                   "hits": stats()["hits"]}, f)
+    write_rank_result(out, losses)
 
 
 if __name__ == "__main__":

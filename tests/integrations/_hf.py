@@ -58,3 +58,26 @@ def text_rows(n: int = 8, vocab: int = VOCAB, seed: int = 0) -> list[str]:
         ids = torch.randint(3, vocab, (length,), generator=g).tolist()
         rows.append(" ".join(f"w{t}" for t in ids))
     return rows
+
+
+def load_distributed_llama(kind: str, ckpt: str):
+    """``from_pretrained`` through transformers' ``DistributedConfig``: ``tp``/``fsdp`` on 2 ranks,
+    anything else (``single``) without one -- the torchrun workers' shared way to load."""
+    from transformers import LlamaForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    sizes = {"tp": dict(tp_size=2), "fsdp": dict(fsdp_size=2)}
+    kw = {"distributed_config": DistributedConfig(**sizes[kind])} if kind in sizes else {}
+    return LlamaForCausalLM.from_pretrained(ckpt, **kw)
+
+
+def write_rank_result(out: str, losses: list[float]) -> None:
+    """rank<N>.json: the losses and the compiler's counters, which the launching test reads."""
+    import json
+
+    from neuron_inductor import stats
+    rank = int(os.environ.get("RANK", 0))
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "losses": losses, "graphs_compiled": stats.compiled()["graphs_compiled"],
+                   "fallbacks": dict(stats.fallback_ops()), "misses": stats.cache()["misses"],
+                   "hits": stats.cache()["hits"]}, f)
