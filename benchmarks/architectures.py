@@ -94,6 +94,27 @@ ARCHS: dict[str, dict[str, Any]] = {
     "apertus1p5_text": {}, "beam": {}, "bitnet": {}, "cwm": {}, "diffllama": {}, "doge": {},
     "flint": {}, "hunyuan_v1_dense": {}, "granite_swa": {}, "granitemoeshared": dict(MOE),
     "glm4_moe": dict(MOE, n_routed_experts=4, n_shared_experts=1, n_group=1, topk_group=1),
+    # lmA rows (MoE ones: experts as batched_mm through the config, see ``build``)
+    "afmoe": dict(MOE, experts_implementation="batched_mm"),
+    "aria_text": dict(MOE, moe_num_experts=4, moe_topk=2, experts_implementation="batched_mm"),
+    "cohere2_moe": dict(MOE, experts_implementation="batched_mm"),
+    "cpmant": dict(dim_head=16, dim_ff=128), "ctrl": dict(dff=128),
+    # a sliding and a compressed-sparse attention layer, a hash-routed and a top-k MoE; projections shrunk
+    "deepseek_v4": dict(MOE, n_routed_experts=4, experts_implementation="batched_mm", q_lora_rank=32,
+                        o_lora_rank=16, o_groups=2, index_n_heads=4, index_head_dim=16, index_topk=8,
+                        layer_types=["sliding_attention", "compressed_sparse_attention"],
+                        mlp_layer_types=["hash_moe", "moe"]),
+    "ernie4_5_moe": dict(MOE, experts_implementation="batched_mm"),
+    "exaone_moe": dict(MOE, experts_implementation="batched_mm"),
+    "falcon_mamba": {},
+    "flex_olmo": dict(MOE, experts_implementation="batched_mm"),
+    "fuyu": {},
+    # the full-attention layer's head_dim (512) and the per-layer input embeddings (262144 x 256) shrunk
+    "gemma4_text": dict(global_head_dim=32, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=16),
+    "gemma4_unified_text": dict(global_head_dim=32),
+    "gpt_neox_japanese": {},
+    "granitemoe_swa": dict(MOE, experts_implementation="batched_mm"),
+    "hrm_text": {},
 }
 #: the 30 architectures issue 4 names (``--only core`` runs them)
 CORE = tuple(list(ARCHS)[:30])

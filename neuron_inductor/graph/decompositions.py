@@ -95,17 +95,19 @@ def new_empty_strided(x: torch.Tensor, size, stride, *, dtype=None, layout=None,
 @_register(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad: torch.Tensor, indices: torch.Tensor, num_weights: int,
                              padding_idx: int, scale_grad_by_freq: bool):
-    """d(weight) = onehot(indices)^T @ grad: a TensorE matmul (duplicates accumulate for free)."""
+    """d(weight) = onehot(indices)^T @ grad: a TensorE matmul (duplicates accumulate for free).
+    ``grad`` may arrive with permuted strides (the gradient of ``embedding(...).permute(...)``), so
+    it is reshaped to rows, which copies where no view exists."""
     if scale_grad_by_freq:
         return NotImplemented
     d = grad.shape[-1]
-    flat_idx = aten.view.default(indices, [-1, 1])
+    flat_idx = aten.reshape.default(indices, [-1, 1])
     iota = aten.arange.start_step(0, num_weights, 1, dtype=torch.int64, device=grad.device)
     onehot = aten.eq.Tensor(flat_idx, iota)
     if padding_idx >= 0:
         onehot = aten.logical_and.default(onehot, aten.ne.Scalar(flat_idx, padding_idx))
     onehot = aten._to_copy.default(onehot, dtype=grad.dtype)
-    g = aten.view.default(grad, [-1, d])
+    g = aten.reshape.default(grad, [-1, d])
     return aten.mm.default(aten.permute.default(onehot, [1, 0]), g)
 
 

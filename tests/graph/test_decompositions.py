@@ -29,6 +29,17 @@ def test_single_index_on_a_later_dim_is_an_index_select():
     check(lambda x, i: x[:, i], x, torch.tensor([[4, -1], [0, 4]]), grad=True, fallback="error")
 
 
+def test_embedding_backward_takes_a_permuted_gradient():
+    """CPM-Ant's relative-position bias, ``embedding(buckets, bias).permute(0, 3, 1, 2).contiguous()``, hands
+    the embedding backward a gradient whose strides are permuted: it is reshaped to rows, not
+    viewed (a view of it does not exist)."""
+    torch.manual_seed(0)
+    w = torch.randn(10, 4)
+    idx = torch.randint(0, 10, (2, 5, 5))
+    check(lambda w, i: torch.nn.functional.embedding(i, w).permute(0, 3, 1, 2).contiguous() * 2,
+          w, idx, grad=True, fallback="error")
+
+
 def test_decomposition_table_is_built_once():
     from neuron_inductor.graph.decompositions import decomposition_table
     assert decomposition_table() is decomposition_table()
