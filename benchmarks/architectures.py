@@ -94,6 +94,21 @@ ARCHS: dict[str, dict[str, Any]] = {
     "apertus1p5_text": {}, "beam": {}, "bitnet": {}, "cwm": {}, "diffllama": {}, "doge": {},
     "flint": {}, "hunyuan_v1_dense": {}, "granite_swa": {}, "granitemoeshared": dict(MOE),
     "glm4_moe": dict(MOE, n_routed_experts=4, n_shared_experts=1, n_group=1, topk_group=1),
+    # lmC rows (MoE ones name batched_mm in the config: static-shape experts, as MOE_BATCHED)
+    "minimax": dict(MOE, experts_implementation="batched_mm"),
+    "minimax_m2": dict(MOE, experts_implementation="batched_mm"),
+    "minimax_m3_vl_text": dict(MOE, experts_implementation="batched_mm", rotary_dim=8, index_head_dim=16,
+                               dense_intermediate_size=128, shared_intermediate_size=32),
+    "ministral3": {}, "modernbert-decoder": {}, "moshi": dict(ffn_dim=128), "mpt": {}, "nanochat": {},
+    # mamba2 mixer, MoE, attention and MLP layers
+    "nemotron_h": dict(MOE, experts_implementation="batched_mm", n_routed_experts=4,
+                       moe_shared_expert_intermediate_size=32, mamba_num_heads=8, mamba_head_dim=16,
+                       ssm_state_size=16, n_groups=1, chunk_size=32,
+                       layers_block_type=["mamba", "moe", "attention", "mlp"]),
+    "olmo_hybrid": {}, "openai-gpt": {}, "rwkv": {},
+    "solar_open": dict(MOE, experts_implementation="batched_mm", n_routed_experts=4),
+    "vaultgemma": {},
+    "zaya": dict(MOE, experts_implementation="batched_mm", num_experts_per_tok=1, router_hidden_size=32),
 }
 #: the 30 architectures issue 4 names (``--only core`` runs them)
 CORE = tuple(list(ARCHS)[:30])
