@@ -98,3 +98,43 @@ def div_mode(a: torch.Tensor, b, *, rounding_mode=None) -> torch.Tensor:
 @_register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(a: torch.Tensor, b) -> torch.Tensor:
     return _floor_div_pow2(a, b)
+
+
+#: adding and subtracting 2**23 rounds a float32 ``0 <= t < 2**23`` to the nearest integer (ties to
+#: even): the sum lies in [2**23, 2**24), where float32's spacing is exactly 1
+_TWO_23 = 8388608.0
+
+
+def _rounding(kind: str):
+    """floor / ceil / trunc / round of a float tensor with adds, compares and selects.
+
+    The engines have no rounding instruction; float32 addition rounds to the nearest integer once
+    the sum's spacing is 1, so ``|x|`` is rounded that way and corrected by one where the rounding
+    went the other side. The result always has ``x``'s sign (floor(-0.3) = -1, ceil(-0.3) = -0),
+    so the magnitude is rounded and the sign put back: floor of a negative number is minus the ceil
+    of its magnitude. ``|x| >= 2**23`` (and ±inf) is already an integer and passes through; NaN
+    propagates. bf16/fp16 round in float32 (exact: their integers are float32 integers). One
+    difference: -0.0 comes back as +0.0 (equal as numbers)."""
+    def decomp(x: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point() or x.dtype == torch.float64:
+            return NotImplemented
+        xf = x.float()
+        t = torch.abs(xf)
+        r = (t + _TWO_23) - _TWO_23
+        if kind == "round":
+            mag = r
+        else:
+            down = r - torch.gt(r, t).float()   # trunc of |x|
+            up = r + torch.lt(r, t).float()     # ceil of |x|
+            neg = torch.lt(xf, 0.0)
+            mag = {"trunc": down, "floor": torch.where(neg, up, down),
+                   "ceil": torch.where(neg, down, up)}[kind]
+        out = torch.where(torch.lt(xf, 0.0), -mag, mag)
+        return torch.where(torch.ge(t, _TWO_23), xf, out).to(x.dtype)
+    return decomp
+
+
+_register(aten.floor.default)(_rounding("floor"))
+_register(aten.ceil.default)(_rounding("ceil"))
+_register(aten.trunc.default)(_rounding("trunc"))
+_register(aten.round.default)(_rounding("round"))

@@ -55,3 +55,22 @@ def test_integer_floor_division_by_a_power_of_two_is_a_shift(dtype):
     stats.reset()
     check(lambda t: t // 6, x)  # other divisors: the declared fallback, eager's answer
     assert stats.fallback_ops()
+
+
+ROUNDING_EDGES = torch.tensor([0.0, -0.0, 0.3, -0.3, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, -0.49999997,
+                               1.0, -1.0, 7.999999, -7.999999, 2.0**22 + 0.5, -(2.0**22 + 0.5), 2.0**23 - 1,
+                               2.0**23 + 2, -(2.0**23) - 2, 3e9, -3e9, 1e38, math.nan, math.inf, -math.inf])
+
+
+@pytest.mark.parametrize("fn", [torch.floor, torch.ceil, torch.trunc, torch.round], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_rounding_matches_eager_exactly_without_fallback(fn, dtype):
+    """floor/ceil/trunc/round (a position-dependent attention scale: ``log(1 + floor(pos / n))``)
+    compile to kernels, exact on halves, ties, negatives, values past 2**22/2**23, NaN and ±inf."""
+    x = torch.cat([ROUNDING_EDGES, torch.randn(300) * 100]).to(dtype)
+    stats.reset()
+    got = torch.compile(fn, backend="neuron", options={"cache": False})(x)
+    assert torch.equal(got.isnan(), fn(x).isnan())
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0, equal_nan=True)
+    assert not stats.fallback_ops(), dict(stats.fallback_ops())
+    check(lambda t: fn(t * 7.3) * t, (torch.randn(200) * 10).to(dtype), grad=True)
