@@ -420,9 +420,12 @@ def minmax(ctx, op: str, a: TVal, b: TVal) -> TVal | None:
     kind = _kind(a, b)
     cmp = "greater" if op == "maximum" else "less"
     gt = compare(ctx, cmp, a, b)
-    if gt is None:  # against a scalar 0: a sign test, exact in fp32
-        t, z, rev = (a, b, False) if b.kind == "scalar" else (b, a, True)
-        pred = _ts(ctx, cmp, as_int32(ctx, t, kind), float(z.scalar), "uint8", kind, reverse0=rev)
+    if gt is None:  # the one-instruction fp32 comparison is exact (``compare`` proved it)
+        if a.kind == "scalar" or b.kind == "scalar":
+            t, z, rev = (a, b, False) if b.kind == "scalar" else (b, a, True)
+            pred = _ts(ctx, cmp, as_int32(ctx, t, kind), float(z.scalar), "uint8", kind, reverse0=rev)
+        else:
+            pred = _tt(ctx, "vector", cmp, as_int32(ctx, a, kind), as_int32(ctx, b, kind), "uint8", kind)
     else:
         pred = gt.region if gt.kind == kind else as_int32(ctx, gt, kind)
     return select(ctx, pred, a, b, kind)

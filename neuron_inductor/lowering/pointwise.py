@@ -110,6 +110,9 @@ def binary(ctx, op: str, a: TVal, b: TVal, dtype: str, out: torch.dtype | None =
     r = TVal(kind, dst)
     if op in _COMPARE or op.startswith("logical_"):
         r.bound = 1
+    elif op in ("maximum", "minimum") and integers.is_int(a) and integers.is_int(b) \
+            and None not in (integers.bound(a), integers.bound(b)):
+        r.bound = max(integers.bound(a), integers.bound(b))  # |max(a, b)| <= max(|a|, |b|)
     return r
 
 

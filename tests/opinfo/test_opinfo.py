@@ -52,3 +52,16 @@ def test_reduction_over_dim_0_of_a_0d_tensor_compiles_forward_and_backward(fn):
     stats.reset()
     check(fn, torch.randn(()), grad=True)
     assert stats.compiled()["graph_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32, torch.int64], ids=str)
+def test_integer_clamp_with_tensor_bounds_compiles(dtype):
+    """``clamp(a, lo, hi)`` on integer tensors: after the exact ``maximum`` the value's bound was
+    lost, so ``minimum`` took the digit-compare path, got "fp32 compare is exact" back from
+    ``compare`` and then assumed a comparison against the scalar 0 (TypeError on a tensor bound);
+    the whole graph ran eagerly."""
+    a = torch.randint(0, 100, (5, 10, 5), dtype=dtype)
+    lo, hi = torch.randint(0, 50, (10, 5), dtype=dtype), torch.randint(50, 100, (10, 5), dtype=dtype)
+    stats.reset()
+    check(lambda a, lo, hi: torch.clamp(a, lo, hi), a, lo, hi)
+    assert stats.compiled()["graph_fallbacks"] == 0
