@@ -28,7 +28,10 @@ banks just consumed, evicted, and P [V | 1] accumulated
 in PSUM: a ones column of V yields the row
 sums, so no activation reduce is needed. Across steps the output and sums are rescaled in fp32 SBUF
 (online softmax) and scaled by 1 / row sum once at the end (FA-2). Scores never leave the chip;
-causal key blocks right of the diagonal are never computed. Each query tile's three passes over its
+causal key blocks right of the diagonal are never computed, and a causal query tile whose keys fit
+``WHOLE_BANKS`` banks takes them all in one step (no rescaling). Every query tile takes the next banks
+of a ring of PSUM score banks (with a P and a P^T tile per bank), so tiles of different widths share
+PSUM as they need it. Each query tile's three passes over its
 scores (max, exp, P^T eviction) are all VectorE/ScalarE work: evictions go to whichever of the two has
 less work so far, priced by the cost model, and four query tiles are in flight (own PSUM banks).
 Q and K come in 512-row groups, four rows per partition when the lengths allow (1 KiB DMA descriptors
@@ -82,6 +85,11 @@ FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 MAX_SEQ = 8192
 #: query tiles in flight (each holds its own PSUM banks and SBUF tiles)
 FWD_SETS = 4
+#: causal: a query tile whose keys fit this many PSUM banks takes them in one online-softmax step, so
+#: it never rescales its output (the tiles left of the diagonal's middle need 1-4 banks at 2048 keys)
+WHOLE_BANKS = 4
+#: causal: query tiles in flight in SBUF (their PSUM banks come from the ring as each needs them)
+CAUSAL_SETS = 8
 
 
 def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
@@ -368,10 +376,16 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     low = dt != "float32"
     nsets = max(1, min(FWD_SETS, kb.target.psum_banks // nb))
     tri = ctx.causal and ctx.mask is None            # causal alone: the mask is a matmul into PSUM
+    # causal: a query tile whose keys fit WHOLE_BANKS banks takes them in one step (no rescaling)
+    nring = nsets * nb                               # PSUM banks in the ring of score banks
+    wmax = max(step, min(min(WHOLE_BANKS, nring) * NMAX, nk * PMAX)) if ctx.causal else step
+    nbmax = ceil_div(wmax, NMAX)
+    nsb = CAUSAL_SETS if ctx.causal else nsets
     kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
                f"steps of {step} ({nb} PSUM bank(s) of scores, reused for P^T and the output"
                f"{f' (transposes of {dt} blocks as identity matmuls)' if low else ''}), "
-               f"{nsets} query tile(s) in flight; row sums from a ones column of V, 1/rowsum at the end; "
+               f"{nsb} query tile(s) in flight{' (causal: whole tiles up to %d keys)' % wmax if ctx.causal else ''}; "
+               f"row sums from a ones column of V, 1/rowsum at the end; "
                f"{'causal blocks skipped, diagonal mask added on TensorE; ' if ctx.causal else ''}"
                f"evictions balanced between VectorE and ScalarE")
     bal = _Balance(kb)
@@ -402,19 +416,21 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 kb.instr("gpsimd", "memset", lsecols[0].region(PMAX, nq, H), {}, value=1.0)
                 kb.instr("gpsimd", "memset", lsecols[1].region(PMAX, nq, H), {}, value=0.0)
         with maybe_loop(kb, H, "affine", "h") as h:
+            # PSUM: a ring of score banks (each with its P^T tile in SBUF); a query tile takes the next
+            # banks of the ring, so tiles of different widths (causal) share PSUM as they need it
+            ring = [kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nring)]
+            rpts = [kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nring)]
+            rp = [kb.tile((PMAX, NMAX), dt, prefix="p") for _ in range(nring)]
+            rssb = [kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nring)] if ctx.mask else None
             sets = [dict(
-                s=[kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nb)],
                 ident=ident if low else None,
-                p=kb.tile((PMAX, step), dt, prefix="p"),
-                pts=[kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nb)],
-                ssb=[kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nb)] if ctx.mask else None,
                 bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
                 tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
-                st=kb.tile((PMAX, 8 + nb), "float32", prefix="stats"),
+                st=kb.tile((PMAX, 8 + nbmax), "float32", prefix="stats"),
                 negs=negs,
                 osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
                 oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
-            ) for _ in range(nsets)]
+            ) for _ in range(nsb)]
             # K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one tile
             # each, so a query tile waits only for the groups it reads); V carries a ones column, so P [V | 1]
             # also yields the row sums
@@ -422,7 +438,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             kT, vr = [], []
             rk, rq = _rows_per_partition(k, Sk, D), _rows_per_partition(q, Sq, D)
             for g in range(ceil_div(nk, per)):
-                tp = _tp(sets[g % nsets], (g // nsets) % nb)
+                tp = (ring[(g % nsets) * nb + (g // nsets) % nb], 0)
                 kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, tp, rk,
                                         sets[0]["ident"]))
                 vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
@@ -430,15 +446,30 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 for j in range(g * per, min(nk, (g + 1) * per)):
                     cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
                     kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
-            qT = None
+            qTs = {}
+            c = 0
             for i in range(nq):
-                if i % per == 0:   # Q^T of the next 512 queries, transposed in the bank its first tile uses
-                    qT = _load_group_T(kb, bal, q, b, h, PMAX * i, min(NMAX, Sq - PMAX * i), D, dt,
-                                       _tp(sets[i % nsets], nb - 1), rq, sets[0]["ident"])
-                _fwd_qtile(kb, ctx, bal, sets[i % nsets], qT, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
-                           D, step)
+                w = _tile_step(ctx, i, Sq, Sk, step, wmax)
+                banks = [c + j for j in range(ceil_div(w, NMAX))]
+                c += len(banks)
+                ts = dict(sets[i % nsb], s=[ring[x % nring] for x in banks], p=[rp[x % nring] for x in banks],
+                          pts=[rpts[x % nring] for x in banks], ssb=[rssb[x % nring] for x in banks] if rssb else None)
+                qg = i // per
+                if qg not in qTs:   # Q^T of this tile's 512 queries, transposed in the last bank it uses
+                    qTs[qg] = _load_group_T(kb, bal, q, b, h, NMAX * qg, min(NMAX, Sq - NMAX * qg), D, dt,
+                                            _tp(ts, len(banks) - 1), rq, sets[0]["ident"])
+                _fwd_qtile(kb, ctx, bal, ts, qTs[qg], out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
+                           D, w)
         if lse is not None:
             _store_lse(kb, ctx, bal, lse, lsecols, b, Sq, nq, H)
+
+
+def _tile_step(ctx, i: int, Sq: int, Sk: int, step: int, wmax: int) -> int:
+    """Keys per online-softmax step of query tile ``i``: all of its keys when they fit ``wmax``."""
+    if not ctx.causal:
+        return step
+    kend = min(Sk, PMAX * i + min(PMAX, Sq - PMAX * i))
+    return kend if kend <= wmax else step
 
 
 def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
@@ -529,7 +560,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
         elif nbk == 1:
             bal.scale_rows(NEGM, MSTEP, -scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
-            pr = TileRegion(ts["p"], (0, NMAX * bi), (rows, cw))
+            pr = TileRegion(ts["p"][bi], (0, 0), (rows, cw))
             bal.instr("scalar", "activation", pr, {"data": sp, "bias": NEGM}, op="exp", scale=scale)
             # P^T in 128-key blocks (TensorE) into this bank (its scores are consumed), evicted at once
             (ps, pc), pt = _tp(ts, bi), ts["pts"][bi]
@@ -537,7 +568,7 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             for t in range(nblk):
                 kc = min(PMAX, cw - PMAX * t)
                 kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * t), (kc, rows)),
-                                       TileRegion(ts["p"], (0, NMAX * bi + PMAX * t), (rows, kc)),
+                                       TileRegion(ts["p"][bi], (0, PMAX * t), (rows, kc)),
                                        ts["ident"]))
             if rows == PMAX and cw % PMAX == 0:
                 bal.copy(pt.region(PMAX, cw), TileRegion(ps, (0, pc), (PMAX, cw)))
