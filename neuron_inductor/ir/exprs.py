@@ -186,7 +186,10 @@ def pyexpr(e: Union[sympy.Basic, int], ranges: Ranges | None = None) -> str:
     # the printer spell the same offsets and sizes again and again, so the text is kept
     syms = e.free_symbols
     key = (e, tuple(sorted(((s.name, ranges.get(s)) for s in syms), key=str)) if ranges else ())
-    text = _PYEXPR_CACHE.get(key)
+    try:
+        text = _PYEXPR_CACHE.get(key)
+    except TypeError:   # a range given as something unhashable: print without keeping it
+        return _p(simplify(e, ranges))[0]
     if text is None:
         if len(_PYEXPR_CACHE) >= _PYEXPR_CACHE_SIZE:
             _PYEXPR_CACHE.clear()
