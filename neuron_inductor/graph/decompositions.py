@@ -318,7 +318,11 @@ def flash_attention_cpu_backward(grad_out, q, k, v, out, lse, dropout_p: float, 
     return tuple(aten._to_copy.default(x, dtype=q.dtype) for x in (dq, dk, dv))
 
 
-_CORE_FLASH = core_aten_decompositions()[aten._scaled_dot_product_flash_attention_for_cpu.default]
+def _CORE_FLASH(*args, **kwargs):
+    """torch's own math decomposition of the CPU flash op, looked up in its registry when first
+    needed (materialising the whole core table at import costs a compile ~0.05 s)."""
+    from torch._decomp import decomposition_table as registry
+    return registry[_FLASH](*args, **kwargs)
 
 
 @functools.lru_cache(maxsize=None)

@@ -180,7 +180,26 @@ def pyexpr(e: Union[sympy.Basic, int], ranges: Ranges | None = None) -> str:
         raise ExprError(f"boolean {e} used as an index expression")
     if isinstance(e, int):
         return str(e)
-    return _p(simplify(e, ranges))[0]
+    if not isinstance(e, sympy.Basic):
+        return _p(simplify(e, ranges))[0]
+    # the text depends only on the ranges of e's own symbols: the verifier, the code generator and
+    # the printer spell the same offsets and sizes again and again, so the text is kept
+    syms = e.free_symbols
+    key = (e, tuple(sorted(((s.name, ranges.get(s)) for s in syms), key=str)) if ranges else ())
+    try:
+        text = _PYEXPR_CACHE.get(key)
+    except TypeError:   # a range given as something unhashable: print without keeping it
+        return _p(simplify(e, ranges))[0]
+    if text is None:
+        if len(_PYEXPR_CACHE) >= _PYEXPR_CACHE_SIZE:
+            _PYEXPR_CACHE.clear()
+        text = _PYEXPR_CACHE[key] = _p(simplify(e, ranges))[0]
+    return text
+
+
+#: printed index expressions by (expression, ranges of its symbols); cleared when full
+_PYEXPR_CACHE: dict = {}
+_PYEXPR_CACHE_SIZE = 1 << 16
 
 
 def _wrap(text_prec: tuple[str, int], need: int) -> str:

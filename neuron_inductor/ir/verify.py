@@ -51,6 +51,8 @@ def _bounds(e: Any, ranges: dict) -> tuple[int, int] | None:
     Exact, not interval arithmetic: ragged sizes such as ``min(128, 300 - 128*i)`` are correlated with
     the offsets they accompany, and only an exact range proves a violation without false alarms.
     """
+    if isinstance(e, int):
+        return (e, e)
     e = sympy.sympify(e)
     if e.is_Integer:
         return (int(e), int(e))
@@ -187,9 +189,12 @@ class _KernelVerifier:
                       s, ranges)
         self.check_syms(list(r.starts) + list(r.sizes), loops, s, ranges)
         for d, (st, sz, dim) in enumerate(zip(r.starts, r.sizes, t.shape)):
-            lo = _bounds(st, ranges)
-            hi = _bounds(sympy.sympify(st) + sympy.sympify(sz), ranges)
-            szb = _bounds(sz, ranges)
+            if isinstance(st, int) and isinstance(sz, int):   # most regions: no sympy needed
+                lo, hi, szb = (st, st), (st + sz, st + sz), (sz, sz)
+            else:
+                lo = _bounds(st, ranges)
+                hi = _bounds(sympy.sympify(st) + sympy.sympify(sz), ranges)
+                szb = _bounds(sz, ranges)
             if (lo is not None and lo[0] < 0) or (hi is not None and hi[1] > dim) or \
                     (szb is not None and szb[0] < 1):
                 self.fail("region-bounds", f"region of {t.name} axis {d} may leave [0, {dim}) "

@@ -63,3 +63,15 @@ def test_non_integer_refused():
         pyexpr(i / 2)
     with pytest.raises(ExprError):
         pyexpr(sympy.sin(i))
+
+
+def test_printed_text_is_kept_per_ranges_of_the_expression():
+    """pyexpr keeps the text it printed, keyed by the expression and the ranges of its own symbols:
+    the same expression under other ranges prints differently, ranges of other symbols do not
+    matter, and an unhashable range still prints."""
+    e = sympy.Min(128, 300 - 128 * i)
+    assert pyexpr(e, {i: (0, 2)}) == "min(128, 300 - 128 * i0)"
+    assert pyexpr(e, {i: (0, 1)}) == "128"
+    assert pyexpr(e, {i: (0, 2), j: (0, 7)}) == "min(128, 300 - 128 * i0)"
+    assert pyexpr(e, {i: (2, 2)}) == "44"
+    assert pyexpr(e, {i: [0, 1]}) == "128"
