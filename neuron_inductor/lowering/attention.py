@@ -19,24 +19,23 @@ writes a PSUM tile of its input's dtype, so with bf16/fp16 operands every head i
 backward also holds a PSUM bank of that dtype, while the forward transposes them as identity matmuls
 into its fp32 score banks (``transpose_instr``).
 
-Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two PSUM banks of 128 x 512
-fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
+Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two PSUM
+banks of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
 triangle added by an identity matmul into the same PSUM group, no VectorE pass; other masks added while
 leaving PSUM), row max straight from PSUM (VectorE), P = exp(scale*s - scale*m) in the matmul dtype
 (ScalarE, scale folded into the activation), P^T in 128x128 blocks on TensorE written into the score
-banks just consumed, evicted, and P [V | 1] accumulated
-in PSUM: a ones column of V yields the row
-sums, so no activation reduce is needed. Across steps the output and sums are rescaled in fp32 SBUF
-(online softmax) and scaled by 1 / row sum once at the end (FA-2). Scores never leave the chip;
-causal key blocks right of the diagonal are never computed, and a causal query tile whose keys fit
-``WHOLE_BANKS`` banks takes them all in one step (no rescaling). Every query tile takes the next banks
-of a ring of PSUM score banks (with a P and a P^T tile per bank), so tiles of different widths share
-PSUM as they need it. Each query tile's three passes over its
-scores (max, exp, P^T eviction) are all VectorE/ScalarE work: evictions go to whichever of the two has
-less work so far, priced by the cost model, and four query tiles are in flight (own PSUM banks).
-Q and K come in 512-row groups, four rows per partition when the lengths allow (1 KiB DMA descriptors
-instead of one 256-byte row each), put back in row order by strided PSUM evictions; the logsumexp is
-finished and stored once per batch entry with the heads innermost, where torch keeps it contiguous.
+banks just consumed, evicted, and P [V | 1] accumulated in PSUM: a ones column of V yields the row sums,
+so no activation reduce is needed. Across steps the output and sums are rescaled in fp32 SBUF (online
+softmax) and scaled by 1 / row sum once at the end (FA-2). Scores never leave the chip; causal key
+blocks right of the diagonal are never computed, and a causal query tile whose keys fit ``WHOLE_BANKS``
+banks takes them all in one step (no rescaling). Every query tile takes the next banks of a ring of PSUM
+score banks (with a P and a P^T tile per bank), so tiles of different widths share PSUM as they need it.
+Each query tile's three passes over its scores (max, exp, P^T eviction) are all VectorE/ScalarE work:
+evictions go to whichever of the two has less work so far, priced by the cost model; four query tiles
+are in flight (own PSUM banks), eight in causal kernels (``CAUSAL_SETS``). Q and K come in 512-row groups, four rows per partition when the
+lengths allow (1 KiB DMA descriptors instead of one 256-byte row each), put back in row order by strided
+PSUM evictions; the logsumexp is finished and stored once per batch entry with the heads innermost,
+where torch keeps it contiguous.
 
 The backward kernel is in ``attention_bwd.py``.
 """
