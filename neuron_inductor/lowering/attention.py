@@ -1,11 +1,11 @@
 """Flash attention on TensorE: ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward.
 
 The backend traces ``scaled_dot_product_attention`` letting torch pick its CPU flash kernel, so
-attention reaches us as one forward op (returning ``(out, logsumexp)``) and one backward op with
-clear semantics, instead of a score matrix materialised between a dozen ops. Grouped-query heads
-reach these kernels with K and V repeated; cases they do not take (dropout, head dim > 128, very long
-sequences) are decomposed to math by ``graph/decompositions.py`` before we ever see them, so nothing
-becomes an eager fallback.
+attention reaches us as one forward op (returning ``(out, logsumexp)``) and one backward op with clear
+semantics, instead of a score matrix materialised between a dozen ops. Grouped-query heads reach these
+kernels with K and V repeated; cases they do not take (dropout, head dim > 128, very long sequences) are
+decomposed to math by ``graph/decompositions.py`` before we ever see them, so nothing becomes an eager
+fallback.
 
 Masks follow torch's CPU flash kernel, which is what eager runs on CPU: masked-out scores (bool False,
 -inf, causal) get the bias -HARD, finite additive values (``finfo.min``) are added as they are (clamped
@@ -13,11 +13,11 @@ at -SOFT), and a query row left without any key (left padding) gets output 0 and
 gradients are 0 too (see ``_Ctx``).
 
 Instructions follow the documented NKI rules (../shared/docs/nki.md §9): comparisons, maximum and
-subtract on VectorE; float32 scalar operands; 1 / rowsum by a reciprocal, never a divide ALU op;
-ScalarE copies as ``activation(copy)`` (``tensor_copy`` is not on ScalarE on trn1); a TensorE transpose
-writes a PSUM tile of its input's dtype, so with bf16/fp16 operands every head in flight of the
-backward also holds a PSUM bank of that dtype, while the forward transposes them as identity matmuls
-into its fp32 score banks (``transpose_instr``).
+subtract on VectorE; float32 scalar operands; 1 / rowsum by a reciprocal, never a divide ALU op; ScalarE
+copies as ``activation(copy)`` (``tensor_copy`` is not on ScalarE on trn1); a TensorE transpose writes a
+PSUM tile of its input's dtype, so with bf16/fp16 operands every head in flight of the backward also
+holds a PSUM bank of that dtype, while the forward transposes them as identity matmuls into its fp32
+score banks (``transpose_instr``).
 
 Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two PSUM
 banks of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
@@ -76,8 +76,7 @@ SOFT = 1.0e30
 #: a row maximum below this means every key of the row is masked out: torch's CPU flash kernel then
 #: gives output 0 and logsumexp 0, so the row's gradients are 0 as well
 DEAD = -HARD / 2
-#: -float32 max: additive mask values below it are -inf
-NEG_F32_MAX = -3.4028234663852886e38
+NEG_F32_MAX = -3.4028234663852886e38  # -float32 max: additive mask values below it are -inf
 FLASH_FWD = aten._scaled_dot_product_flash_attention_for_cpu.default
 FLASH_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 #: longest sequence the kernels keep per-head operands for in SBUF (longer ones are decomposed)
@@ -96,13 +95,12 @@ def unsupported(q, k, v, dropout_p: float, attn_mask) -> str | None:
     the decomposition table, which then emits the math form instead."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "not [B, H, S, D]"
-    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16) or k.dtype != q.dtype \
-            or v.dtype != q.dtype:
+    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16) or {k.dtype, v.dtype} != {q.dtype}:
         return f"dtype {q.dtype}"
     if dropout_p:
         return "dropout"
     B, H, Sq, D = q.shape
-    if k.shape[1] != H or v.shape[1] != H or k.shape[0] != B or v.shape[0] != B:
+    if k.shape[:2] != (B, H) or v.shape[:2] != (B, H):
         return "grouped-query heads (expand K/V first)"
     if not (1 <= D <= PMAX) or v.shape[-1] != D or k.shape[-1] != D:
         return f"head dim {D}"
@@ -422,14 +420,12 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
             rp = [kb.tile((PMAX, NMAX), dt, prefix="p") for _ in range(nring)]
             rssb = [kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nring)] if ctx.mask else None
             sets = [dict(
-                ident=ident if low else None,
+                ident=ident if low else None, negs=negs,
                 bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
                 tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
                 st=kb.tile((PMAX, 8 + nbmax), "float32", prefix="stats"),
-                negs=negs,
                 osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
-                oout=kb.tile((PMAX, D), out_dt, prefix="o_sb"),
-            ) for _ in range(nsb)]
+                oout=kb.tile((PMAX, D), out_dt, prefix="o_sb")) for _ in range(nsb)]
             # K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one tile
             # each, so a query tile waits only for the groups it reads); V carries a ones column, so P [V | 1]
             # also yields the row sums
