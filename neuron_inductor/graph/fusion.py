@@ -30,6 +30,7 @@ from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
                                  takes_epilogue)
 from ..ir import TensorMeta, contiguous_strides
+from .fusion_recompute import recompute_widening_casts
 
 aten = torch.ops.aten
 
@@ -240,6 +241,7 @@ class Partitioner:
                 self._new("fused", n, domain=tuple(val(n).shape))
         if self.fusion:
             self._merge_siblings()
+            recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible)
         self._outputs()
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         for g in self.groups:
