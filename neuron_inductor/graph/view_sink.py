@@ -19,12 +19,24 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from ..lowering.registry import ORDER_PRESERVING_VIEWS, VIEWS, op_kind
+from ..lowering.registry import ORDER_PRESERVING_VIEWS, op_kind
 
 aten = torch.ops.aten
 
 #: views deep a value may be pushed (slice -> unsqueeze -> expand is three)
 MAX_DEPTH = 4
+
+#: views a value is pushed through: index-only views of the logical tensor. Not ``as_strided``
+#: (it indexes its input's storage, so on another, or a broadcast, tensor it picks other elements),
+#: nor reshapes (``view`` of a strided input is what a ``clone`` exists to avoid)
+_LOGICAL = frozenset({
+    aten.slice.Tensor, aten.select.int, aten.permute.default, aten.transpose.int, aten.t.default,
+    aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+    aten.squeeze.default, aten.alias.default, aten.diagonal.default,
+})
+
+#: elementwise ops that only move data: a copy is in the graph to give its value a layout
+_COPIES = frozenset({aten.clone.default, aten._to_copy.default, aten.copy.default, aten.copy_.default})
 
 
 def _val(n) -> torch.Tensor | None:
@@ -42,12 +54,13 @@ def _fake(fn, vals: list[torch.Tensor]):
 
 def _sinkable(v: fx.Node) -> bool:
     """An elementwise value whose every user is a view, at least one of them reordering."""
-    if v.op != "call_function" or op_kind(v.target) != "pointwise" or not v.users:
+    if v.op != "call_function" or op_kind(v.target) != "pointwise" or v.target in _COPIES or \
+            not v.users:
         return False
     out = _val(v)
     if out is None or any(_val(a) is None for a in v.all_input_nodes) or not v.all_input_nodes:
         return False
-    if any(u.op != "call_function" or u.target not in VIEWS for u in v.users):
+    if any(u.op != "call_function" or u.target not in _LOGICAL for u in v.users):
         return False
     return any(_reorders(u) for u in v.users)
 
@@ -57,7 +70,7 @@ def _reorders(u: fx.Node, depth: int = MAX_DEPTH) -> bool:
     reader cannot compute through it (``unsqueeze`` then ``expand``)."""
     if u.target not in ORDER_PRESERVING_VIEWS:
         return True
-    return depth > 0 and bool(u.users) and all(w.op == "call_function" and w.target in VIEWS
+    return depth > 0 and bool(u.users) and all(w.op == "call_function" and w.target in _LOGICAL
                                                 for w in u.users) and \
         any(_reorders(w, depth - 1) for w in u.users)
 
