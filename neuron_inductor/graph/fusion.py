@@ -343,10 +343,21 @@ class Partitioner:
             if len(readers) < 2:
                 continue
             readers.sort(key=lambda g: -math.prod(g.domain))
-            host = readers[0]
+            hosts = [readers[0]]
             for g in readers[1:]:
-                if g in self.groups:
-                    self._merge(host, g)
+                if g not in self.groups:
+                    continue
+                for i, h in enumerate(hosts):  # the first earlier reader that takes it in
+                    if h not in self.groups:
+                        continue
+                    if self._merge(h, g):
+                        break
+                    # a row reduction can take a column sum in, not always the other way round
+                    if math.prod(g.domain) == math.prod(h.domain) and self._merge(g, h):
+                        hosts[i] = g
+                        break
+                else:
+                    hosts.append(g)
 
     def _outputs(self) -> None:
         self._by_id = {id(g): g for g in self.groups}

@@ -86,6 +86,21 @@ def _call(g: fx.Graph, op, args, kwargs, made: list[fx.Node]) -> fx.Node:
     return node
 
 
+def _broadcast_ok(u: fx.Node, small: list[int], shape: list[int]) -> bool:
+    """``u`` may index an input broadcast from ``small`` to ``shape``: it only adds or drops unit
+    axes, or slices / selects along an axis the input really has (never along a broadcast one,
+    whose elements all alias one)."""
+    if u.target in (aten.unsqueeze.default, aten.expand.default, aten.alias.default,
+                    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default):
+        return True
+    if u.target in (aten.slice.Tensor, aten.select.int):
+        d = u.args[1] if len(u.args) > 1 else u.kwargs.get("dim", 0)
+        d = d % len(shape)
+        k = d - (len(shape) - len(small))
+        return k >= 0 and small[k] == shape[d]
+    return False
+
+
 def _sink_one(g: fx.Graph, v: fx.Node, u: fx.Node, made: list[fx.Node]) -> fx.Node:
     """``u`` (a view of ``v``) as ``v``'s op applied to ``u``'s view of each (broadcast) input."""
     shape = list(_val(v).shape)
@@ -93,6 +108,8 @@ def _sink_one(g: fx.Graph, v: fx.Node, u: fx.Node, made: list[fx.Node]) -> fx.No
     for a in v.args:
         if isinstance(a, fx.Node):
             if list(_val(a).shape) != shape:
+                if not _broadcast_ok(u, list(_val(a).shape), shape):
+                    raise ValueError("view across a broadcast axis")
                 a = _call(g, aten.expand.default, (a, shape), {}, made)
             a = _call(g, u.target, (a,) + tuple(u.args[1:]), u.kwargs, made)
         args.append(a)
