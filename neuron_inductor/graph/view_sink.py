@@ -62,7 +62,22 @@ def _sinkable(v: fx.Node) -> bool:
         return False
     if any(u.op != "call_function" or u.target not in _LOGICAL for u in v.users):
         return False
-    return any(_reorders(u) for u in v.users)
+    return any(_reorders(u) for u in v.users) and all(_fusible_readers(u) for u in v.users)
+
+
+def _fusible_readers(u: fx.Node, depth: int = MAX_DEPTH) -> bool:
+    """Every op reading the view ``u`` (through further views) is elementwise or a reduction: the
+    rebuilt value fuses into its reader. A matmul or another kernel would only read it from HBM,
+    now perhaps larger (past an ``expand``)."""
+    for w in u.users:
+        if w.op != "call_function":
+            return False
+        if w.target in _LOGICAL:
+            if depth <= 0 or not _fusible_readers(w, depth - 1):
+                return False
+        elif op_kind(w.target) not in ("pointwise", "reduction") or w.target in _COPIES:
+            return False
+    return True
 
 
 def _reorders(u: fx.Node, depth: int = MAX_DEPTH) -> bool:
