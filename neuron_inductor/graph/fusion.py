@@ -30,6 +30,7 @@ from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
                                  takes_epilogue)
 from ..ir import TensorMeta, contiguous_strides
+from .fusion_recompute import recompute_widening_casts
 
 aten = torch.ops.aten
 
@@ -240,6 +241,7 @@ class Partitioner:
                 self._new("fused", n, domain=tuple(val(n).shape))
         if self.fusion:
             self._merge_siblings()
+            recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible)
         self._outputs()
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         for g in self.groups:
@@ -341,10 +343,21 @@ class Partitioner:
             if len(readers) < 2:
                 continue
             readers.sort(key=lambda g: -math.prod(g.domain))
-            host = readers[0]
+            hosts = [readers[0]]
             for g in readers[1:]:
-                if g in self.groups:
-                    self._merge(host, g)
+                if g not in self.groups:
+                    continue
+                for i, h in enumerate(hosts):  # the first earlier reader that takes it in
+                    if h not in self.groups:
+                        continue
+                    if self._merge(h, g):
+                        break
+                    # a row reduction can take a column sum in, not always the other way round
+                    if math.prod(g.domain) == math.prod(h.domain) and self._merge(g, h):
+                        hosts[i] = g
+                        break
+                else:
+                    hosts.append(g)
 
     def _outputs(self) -> None:
         self._by_id = {id(g): g for g in self.groups}

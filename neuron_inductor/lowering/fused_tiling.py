@@ -20,7 +20,7 @@ plan with ``merge=False`` and ``dataclasses.replace`` the axes and chunk width i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
@@ -78,6 +78,9 @@ class TilePlan:
     single: bool = False
     #: row reductions accumulate across chunks or loops
     accumulate: bool = False
+    #: leaf -> where its elements live (host buffer, offset, dtypes): two view nodes of one buffer
+    #: read with the same strides are one load
+    leaf_ids: Mapping[fx.Node, tuple] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def fsize(self) -> int:
@@ -97,7 +100,7 @@ class TilePlan:
 
     def load_key(self, a: fx.Node, st: Sequence[int]) -> tuple:
         """Loads of the same leaf with the same strides (unit axes ignored) share one tile."""
-        return (a, tuple(0 if self.D[i] == 1 else s for i, s in enumerate(st)))
+        return (self.leaf_ids.get(a, a), tuple(0 if self.D[i] == 1 else s for i, s in enumerate(st)))
 
     def is_full(self, n: fx.Node) -> bool:
         """``n``'s value varies along the free axis (a [rows, cols] tile, not a [rows, 1] one)."""
@@ -121,6 +124,8 @@ def plan_tiles(group: FusedGroup, sources: Mapping[fx.Node, Source], target: Tar
         fields.update(pl.axes(fields, target.partitions))
     for k in ("node_strides", "loads", "stores"):  # read-only from here on
         fields[k] = MappingProxyType({key: tuple(st) for key, st in fields[k].items()})
+    fields["leaf_ids"] = MappingProxyType({a: (s.host, s.meta.storage_offset, s.base_dtype, s.meta.dtype)
+                                           for a, s in sources.items()})
     tp = TilePlan(**pl.roles(), **fields)
     return _chunk(tp, target, free_chunk, pl.max_live()) if merge else tp
 

@@ -21,7 +21,7 @@ from .fused import FusedEmitter, FusedGroup, Source
 from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
 from .loops import maybe_loop, ragged
-from .registry import KernelContext, register_lowering
+from .registry import VIEWS, KernelContext, register_lowering
 
 aten = torch.ops.aten
 
@@ -38,6 +38,19 @@ def _operand(kb: KernelBuilder, src: Source, batch_vars, batch_axes_strides, row
     for v, st in zip(batch_vars, batch_axes_strides):
         off += v * st
     return HBMAccess(param, sympy.expand(off), ((m.stride[row_ax], rows), (m.stride[col_ax], cols)))
+
+
+def block_sizes(nm: int, cap: int) -> list[int]:
+    """M block heights (in row tiles) worth trying, tallest first: the smallest block for each
+    number of passes over the rhs (ceil(nm / passes)), at most ``cap``. A tall operand is re-read
+    once per block, so 16 row tiles in blocks of 6 (6 + 6 + 4) read it 3 times, where powers of two
+    that fit only as 4 would read it 4 times."""
+    out: list[int] = []
+    for passes in range(1, max(nm, 1) + 1):
+        b = ceil_div(max(nm, 1), passes)
+        if b <= cap and b not in out:
+            out.append(b)
+    return out
 
 
 def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBuilder,
@@ -91,7 +104,9 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     grp = next((g for g in (4, 2) if K % KMAX == 0 and nk % g == 0), 1)
 
     # bytes per output column of one evicted tile and the tiles its fused epilogue allocates
-    epi = 4 * (1 + 2 * (len(group.nodes) - 1))
+    # (views allocate nothing: they only re-index the evicted tile)
+    n_epi = sum(1 for n in group.nodes if n is not mm and n.target not in VIEWS)
+    epi = 4 * (1 + 2 * n_epi)
 
     def sbuf_use(bm: int, cw: int, rtr: bool) -> int:
         """Peak SBUF bytes per partition: the lhs^T block plus the larger of its staging (an inner
@@ -108,8 +123,8 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         # W^T (nn.Linear): transposed once per (M block, column tile) and reused by every row tile of
         # the block, so the block is as tall as SBUF allows (transpose work ~ 128 / rows of block);
         # row tiles are an inner loop holding one PSUM bank each, so several accumulate in flight
-        plans = [(bm, cw) for bm in (16, 8, 4, 2, 1) for cw in (512, 256, 128)
-                 if bm <= max(nm, 1) and cw <= max(PMAX, ceil_div(N, PMAX) * PMAX)]
+        plans = [(bm, cw) for bm in block_sizes(nm, 16) for cw in (512, 256, 128)
+                 if cw <= max(PMAX, ceil_div(N, PMAX) * PMAX)]
         fit = [pc for pc in plans if sbuf_use(pc[0], pc[1], True) <= budget]
         if fit:
             bm, CW = fit[0]
@@ -120,8 +135,8 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         CW = NMAX
         acc_banks = kb.target.psum_banks  # lhs transposes run before the column loop
         bm = 1
-        for cand in (8, 4, 2, 1):
-            if cand <= nm and cand <= acc_banks and (sbuf_use(cand, CW, False) <= budget):
+        for cand in block_sizes(nm, acc_banks):
+            if sbuf_use(cand, CW, False) <= budget:
                 bm = cand
                 break
     if sbuf_use(bm, CW, rhs_tr) > budget:
@@ -130,8 +145,8 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     if not rhs_tr and lhs_tr == (sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1 and M > 1):
         # a K x 512 rhs column tile resident in SBUF lets row tiles run as an inner loop with one
         # PSUM bank each (several accumulation groups in flight) when the M block stays as tall
-        for cand in (32, 16, 8, 4, 2, 1):
-            if cand <= max(nm, 1) and cand >= bm and \
+        for cand in block_sizes(nm, 32):
+            if cand >= bm and \
                     sbuf_use(cand, NMAX, True) - (NMAX // PMAX) * KC * esz <= budget:
                 bm, rhs_res = cand, True
                 break
