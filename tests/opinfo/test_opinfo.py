@@ -65,3 +65,22 @@ def test_integer_clamp_with_tensor_bounds_compiles(dtype):
     stats.reset()
     check(lambda a, lo, hi: torch.clamp(a, lo, hi), a, lo, hi)
     assert stats.compiled()["graph_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool], ids=str)
+def test_integer_gather_keeps_the_dtype_and_every_bit(dtype):
+    """``gather`` of an integer tensor was a masked ``sum``, which torch promotes to int64: the
+    result came back int64 instead of ``x``'s dtype (and int64 values ran eagerly, the sum not
+    proven exact in fp32). Integers now move as elements: same dtype, exact at the type's limits."""
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.bool:
+        x = torch.rand(130, 5, generator=g) > 0.5
+    else:
+        info = torch.iinfo(dtype)
+        x = torch.randint(info.min, info.max, (130, 5), generator=g, dtype=torch.int64).to(dtype)
+        x[0, :2] = torch.tensor([info.min, info.max])
+    i0, i1 = torch.randint(0, 130, (5, 5), generator=g), torch.randint(0, 5, (130, 2), generator=g)
+    stats.reset()
+    got = check(lambda x, i0, i1: (torch.gather(x, 0, i0), torch.gather(x, 1, i1)), x, i0, i1)
+    assert [t.dtype for t in got] == [dtype, dtype]
+    assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
