@@ -84,3 +84,20 @@ def test_integer_gather_keeps_the_dtype_and_every_bit(dtype):
     got = check(lambda x, i0, i1: (torch.gather(x, 0, i0), torch.gather(x, 1, i1)), x, i0, i1)
     assert [t.dtype for t in got] == [dtype, dtype]
     assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.float32], ids=str)
+def test_any_all_of_non_bool_values_test_nonzero(dtype):
+    """``any`` / ``all`` reduce with max / min, right only for 0/1 values: ``any([-5, 0])`` was
+    False, and uint8 ``any`` returned the maximum (5) where torch returns 1. Rows span two
+    128-row tiles."""
+    x = torch.zeros(130, 3)
+    x[:, 0] = torch.arange(130) % 4 - 1.0       # -1, 0, 1, 2
+    x[::3, 1] = 3.0
+    x[5] = torch.tensor([-5.0, 0.0, 0.0])
+    if dtype == torch.float32:
+        x[7, 2] = float("nan")
+    x = x.abs().to(dtype) if dtype == torch.uint8 else x.to(dtype)
+    stats.reset()
+    check(lambda x: (x.any(1), x.all(1), x.any(), x.all(0, keepdim=True), x[5, 0].any()), x)
+    assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
