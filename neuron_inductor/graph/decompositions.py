@@ -348,6 +348,8 @@ def decomposition_table() -> dict:
     table.update(group_norm)
     table.update(resample)
     table.update(math_ops)
+    from .decompositions_logical import DECOMPOSITIONS as logical  # any / all over x != 0
+    table.update(logical)
     from .decompositions_linalg import DECOMPOSITIONS as linalg  # solve_triangular by substitution
     table.update(linalg)
     return table

@@ -5,9 +5,11 @@ than ``x`` on *every* dim, and then only the leading part of ``x`` along the oth
 first narrow ``x`` to that part, then either
 
 * compare with an iota and take a masked sum along ``dim`` (one fused pointwise + reduction, the
-  cross-entropy pattern) while the compare (index elements x ``x.shape[dim]``) stays small, or
+  cross-entropy pattern) while the compare (index elements x ``x.shape[dim]``) stays small and
+  ``x`` is floating point, or
 * gather single elements with one flat ``index_select`` (an indirect DMA) at flat offsets computed
-  from the index, for wide gathers where the compare would be quadratic.
+  from the index, for wide gathers where the compare would be quadratic and for integer and bool
+  ``x`` (bit-exact at any magnitude, and the result keeps ``x``'s dtype).
 
 ``scatter_add(x, dim, index, src)`` is the transpose: a masked sum over the index positions adds
 ``src`` into a zero block the size of the addressed part of ``x``, padded back to ``x``'s shape.
@@ -59,7 +61,9 @@ def gather(x: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool 
     d = dim % x.dim()
     n, m = x.shape[d], index.shape[d]
     x = _narrow_to(x, index.shape, d)
-    if index.numel() * n <= COMPARE_LIMIT:
+    # integers and bools move elements: a masked sum of them is promoted to int64 by torch (the
+    # result dtype would change) and is exact here only for values proven below 2**24
+    if index.numel() * n <= COMPARE_LIMIT and x.is_floating_point():
         xl, il = _to_last(x, d), _to_last(index, d)
         iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
         if m == 1:  # one pick per row: keep the reduced dim (the cross-entropy shape)

@@ -372,7 +372,9 @@ def _pow(ctx, node, a, e):
     if e == 3:
         return binary(ctx, "multiply", binary(ctx, "multiply", a, a, dt, val.dtype), a, dt, val.dtype)
     if not val.dtype.is_floating_point:
-        raise NotImplementedError(f"integer pow with exponent {e}")
+        if not isinstance(e, int) or not 0 <= e <= 64:
+            raise NotImplementedError(f"integer pow with exponent {e}")
+        return _int_pow(ctx, a, e, dt, val.dtype)
     if e == 0.5:
         return act_range.sqrt(ctx, a, dt)
     if e == -0.5:
@@ -384,8 +386,25 @@ def _pow(ctx, node, a, e):
     return binary(ctx, "power", a, TVal.const(e), dt)
 
 
+def _int_pow(ctx, a, e: int, dt: str, out: torch.dtype) -> TVal:
+    """``a ** e`` by square-and-multiply on the exact wrapping integer multiply: torch's integer
+    pow wraps like repeated multiplication (fp32 power would saturate and round)."""
+    acc, sq = None, a
+    while True:
+        if e & 1:
+            acc = sq if acc is None else binary(ctx, "multiply", acc, sq, dt, out)
+        e >>= 1
+        if not e:
+            return acc if acc is not None else TVal.const(1)
+        sq = binary(ctx, "multiply", sq, sq, dt, out)
+
+
 @register_pointwise(aten.pow.Tensor_Tensor)
 def _pow_tt(ctx, node, a, b):
+    if not node.meta["val"].dtype.is_floating_point:
+        # fp32 power saturates where torch wraps, and a per-element exponent cannot be unrolled
+        # into exact wrapping multiplies
+        raise NotImplementedError("integer pow with a tensor exponent")
     return binary(ctx, "power", a, b, tile_dtype(node.meta["val"]))
 
 
@@ -393,6 +412,8 @@ def _pow_tt(ctx, node, a, b):
 def _pow_scalar_base(ctx, node, base, e):
     """base ** e = exp(e * ln(base)) in one ScalarE instruction (the rotary-frequency pattern)."""
     base = base.scalar if isinstance(base, TVal) else base
+    if not node.meta["val"].dtype.is_floating_point:
+        raise NotImplementedError("integer pow with a tensor exponent")  # exp(e ln b) is not exact
     if base <= 0:
         raise NotImplementedError("pow with a non-positive scalar base")
     return unary(ctx, "exp", e, tile_dtype(node.meta["val"]), scale=math.log(base),

@@ -164,3 +164,16 @@ def test_int64_products_leaving_int32_are_exact_word_pair_products():
     check_cases(lambda a, b, r, m: (a * b, r * 128256 + m, torch.cumsum(m, 1) * m - 1, a * r),
                 [(a, b, r, mask)])
     assert not stats.fallback_ops(), stats.fallback_ops()
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_pow_wraps_like_repeated_multiplication(dtype):
+    """Integer ``pow`` wraps as torch's does: a constant exponent is square-and-multiply on the
+    wrapping multiply (uint8 3 ** 5 = 243, 113 ** 3 = 113 wrapped); a tensor exponent (or a
+    scalar base) is a declared fallback. fp32 power saturated: 113 ** 3 gave 255."""
+    a = _values(dtype)
+    _check(lambda a: (a ** 5, a ** 7, a ** 4 + 1), (a,), dtype)
+    e = torch.randint(0, 6, a.shape, generator=torch.Generator().manual_seed(2)).to(dtype)
+    stats.reset("fallback_ops")
+    check_cases(lambda a, e: (a ** e, 3 ** e, a ** e[0, 0]), [(a, e)], fallback="warn", _allow_fallback=True)
+    assert {k.split("(")[0] for k in stats.fallback_ops()} <= {"aten.pow.Tensor_Tensor", "aten.pow.Scalar"}

@@ -54,14 +54,58 @@ def test_reduction_over_dim_0_of_a_0d_tensor_compiles_forward_and_backward(fn):
     assert stats.compiled()["graph_fallbacks"] == 0
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32, torch.int64], ids=str)
-def test_integer_clamp_with_tensor_bounds_compiles(dtype):
-    """``clamp(a, lo, hi)`` on integer tensors: after the exact ``maximum`` the value's bound was
-    lost, so ``minimum`` took the digit-compare path, got "fp32 compare is exact" back from
+def _int_values(dtype: torch.dtype, shape, g: torch.Generator) -> torch.Tensor:
+    """Random values of ``dtype`` over its whole range, its limits first."""
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    info = torch.iinfo(dtype)
+    x = torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
+    x.view(-1)[:2] = torch.tensor([info.min, info.max])
+    return x
+
+
+def test_integer_clamp_with_tensor_bounds_compiles():
+    """``clamp(a, lo, hi)`` on uint8 / int16 tensors: after the exact ``maximum`` the value's bound
+    was lost, so ``minimum`` took the digit-compare path, got "the fp32 compare is exact" back from
     ``compare`` and then assumed a comparison against the scalar 0 (TypeError on a tensor bound);
-    the whole graph ran eagerly."""
-    a = torch.randint(0, 100, (5, 10, 5), dtype=dtype)
-    lo, hi = torch.randint(0, 50, (10, 5), dtype=dtype), torch.randint(50, 100, (10, 5), dtype=dtype)
+    the whole graph ran eagerly. One graph, every integer dtype."""
+    args = []
+    for dt in (torch.uint8, torch.int16, torch.int32, torch.int64):
+        args += [torch.randint(0, 100, (5, 10, 5), dtype=dt), torch.randint(0, 50, (10, 5), dtype=dt),
+                 torch.randint(50, 100, (10, 5), dtype=dt)]
     stats.reset()
-    check(lambda a, lo, hi: torch.clamp(a, lo, hi), a, lo, hi)
+    check(lambda *t: tuple(torch.clamp(*t[k:k + 3]) for k in range(0, len(t), 3)), *args)
     assert stats.compiled()["graph_fallbacks"] == 0
+
+
+def test_integer_gather_keeps_the_dtype_and_every_bit():
+    """``gather`` of an integer tensor was a masked ``sum``, which torch promotes to int64: the
+    result came back int64 instead of ``x``'s dtype (and int64 values ran eagerly, the sum not
+    proven exact in fp32). Integers now move as elements: same dtype, exact at the type's limits."""
+    g = torch.Generator().manual_seed(0)
+    dtypes = (torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)
+    xs = [_int_values(dt, (130, 5), g) for dt in dtypes]
+    i0, i1 = torch.randint(0, 130, (5, 5), generator=g), torch.randint(0, 5, (130, 2), generator=g)
+    stats.reset()
+    got = check(lambda i0, i1, *xs: tuple(f(x) for x in xs for f in (lambda x: torch.gather(x, 0, i0),
+                                                                       lambda x: torch.gather(x, 1, i1))),
+                i0, i1, *xs)
+    assert [t.dtype for t in got] == [dt for dt in dtypes for _ in range(2)]
+    assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
+
+
+def test_any_all_of_non_bool_values_test_nonzero():
+    """``any`` / ``all`` reduce with max / min, right only for 0/1 values: ``any([-5, 0])`` was
+    False, and uint8 ``any`` returned the maximum (5) where torch returns 1. Rows span two
+    128-row tiles."""
+    x = torch.zeros(130, 3)
+    x[:, 0] = torch.arange(130) % 4 - 1.0       # -1, 0, 1, 2
+    x[::3, 1] = 3.0
+    x[5] = torch.tensor([-5.0, 0.0, 0.0])
+    xf = x.clone()
+    xf[7, 2] = float("nan")
+    xs = (x.abs().to(torch.uint8), x.to(torch.int32), xf)
+    stats.reset()
+    check(lambda *xs: tuple(r for x in xs for r in (x.any(1), x.all(1), x.any(), x.all(0, keepdim=True),
+                                                   x[5, 0].any())), *xs)
+    assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
