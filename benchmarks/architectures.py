@@ -159,7 +159,22 @@ def build(arch: str, seed: int = 0) -> torch.nn.Module:
     # the default grouped_mm sorts tokens by expert into data-dependent groups (host fallbacks)
     kw = {"experts_implementation": "batched_mm"} if arch in MOE_BATCHED else {}
     model = AutoModelForCausalLM.from_config(cfg, **kw)
+    _untie_routers(model, getattr(cfg, "initializer_range", 0.02))
     return model.float()
+
+
+def _untie_routers(model: torch.nn.Module, std: float) -> None:
+    """Random weights for MoE routers that initialise to zero (afmoe's ``router.gate``).
+
+    A zero router scores every expert alike, so every token's top-k is an exact tie, and torch
+    leaves the order of tied ``topk`` values unspecified (CPU returns its selection algorithm's
+    order): two correct implementations then route every token differently. A trained router is
+    not zero; a random one, as in a checkpoint, makes the routing well defined."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "router" in name and not bool(p.any()):
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
 def is_sliding(model: Any) -> bool:
