@@ -98,7 +98,8 @@ ARCHS: dict[str, dict[str, Any]] = {
     "afmoe": dict(MOE, experts_implementation="batched_mm"),
     "aria_text": dict(MOE, moe_num_experts=4, moe_topk=2, experts_implementation="batched_mm"),
     "cohere2_moe": dict(MOE, experts_implementation="batched_mm"),
-    "cpmant": dict(dim_head=16, dim_ff=128), "ctrl": dict(dff=128),
+    # CPM-Ant initialises every weight with std 1.0 (logits in the hundreds, loss ~21): 0.02 as the others
+    "cpmant": dict(dim_head=16, dim_ff=128, init_std=0.02), "ctrl": dict(dff=128),
     # a sliding and a compressed-sparse attention layer, a hash-routed and a top-k MoE; projections shrunk
     "deepseek_v4": dict(MOE, n_routed_experts=4, experts_implementation="batched_mm", q_lora_rank=32,
                         o_lora_rank=16, o_groups=2, index_n_heads=4, index_head_dim=16, index_topk=8,
