@@ -100,7 +100,8 @@ ARCHS: dict[str, dict[str, Any]] = {
     "afmoe": dict(MOE, experts_implementation="batched_mm"),
     "aria_text": dict(MOE, moe_num_experts=4, moe_topk=2, experts_implementation="batched_mm"),
     "cohere2_moe": dict(MOE, experts_implementation="batched_mm"),
-    "cpmant": dict(dim_head=16, dim_ff=128), "ctrl": dict(dff=128),
+    # CPM-Ant initialises every weight with std 1.0 (logits in the hundreds, loss ~21): 0.02 as the others
+    "cpmant": dict(dim_head=16, dim_ff=128, init_std=0.02), "ctrl": dict(dff=128),
     # a sliding and a compressed-sparse attention layer, a hash-routed and a top-k MoE; projections shrunk
     "deepseek_v4": dict(MOE, n_routed_experts=4, experts_implementation="batched_mm", q_lora_rank=32,
                         o_lora_rank=16, o_groups=2, index_n_heads=4, index_head_dim=16, index_topk=8,
@@ -201,7 +202,22 @@ def build(arch: str, seed: int = 0) -> torch.nn.Module:
     # the default grouped_mm sorts tokens by expert into data-dependent groups (host fallbacks)
     kw = {"experts_implementation": "batched_mm"} if arch in MOE_BATCHED else {}
     model = AutoModelForCausalLM.from_config(cfg, **kw)
+    _untie_routers(model, getattr(cfg, "initializer_range", 0.02))
     return model.float()
+
+
+def _untie_routers(model: torch.nn.Module, std: float) -> None:
+    """Random weights for MoE routers that initialise to zero (afmoe's ``router.gate``).
+
+    A zero router scores every expert alike, so every token's top-k is an exact tie, and torch
+    leaves the order of tied ``topk`` values unspecified (CPU returns its selection algorithm's
+    order): two correct implementations then route every token differently. A trained router is
+    not zero; a random one, as in a checkpoint, makes the routing well defined."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "router" in name and not bool(p.any()):
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
 def is_sliding(model: Any) -> bool:
