@@ -37,8 +37,42 @@ _IMPURE = {aten.copy_.default, aten.native_dropout.default, aten.rand.default, a
            aten.bernoulli.default, aten.rand_like.default, aten.randn_like.default}
 
 
+def _output_nodes(gm: fx.GraphModule) -> list:
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if out is None:
+        return []
+    args = out.args[0]
+    return list(args) if isinstance(args, (list, tuple)) else [args]
+
+
+def _keep_outputs_distinct(gm: fx.GraphModule, before: list) -> None:
+    """Give back each output its own tensor where merging made two of them one node.
+
+    Two equal fresh allocations (say two layers' ``torch.zeros(())`` step counters, each bumped by
+    one) are two tensors in eager; returned as one object, an in-place update through one later
+    shows in the other. So a merged duplicate output becomes a ``clone`` of the kept node."""
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    args = out.args[0] if out is not None else None
+    if not isinstance(args, (list, tuple)) or len(args) != len(before):
+        return
+    new, owner = list(args), {}
+    for i, (a, orig) in enumerate(zip(args, before)):
+        if not isinstance(a, fx.Node) or getattr(a.target, "is_view", False):
+            continue  # a view output aliases its base on purpose; AOTAutograd replays it
+        first = owner.setdefault(a, orig)
+        if first is orig:
+            continue  # the same node as the first output using it, before merging too
+        with gm.graph.inserting_before(out):
+            c = gm.graph.call_function(aten.clone.default, (a,))
+        c.meta.update(a.meta)
+        new[i] = c
+    out.args = (type(args)(new),)
+
+
 def common_subexpression_elimination(gm: fx.GraphModule) -> None:
-    """Merge nodes computing the same op on the same inputs (AOT graphs repeat views and casts)."""
+    """Merge nodes computing the same op on the same inputs (AOT graphs repeat views and casts).
+    Outputs that were distinct nodes stay distinct tensors (:func:`_keep_outputs_distinct`)."""
+    before = _output_nodes(gm)
     seen: dict = {}
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target in _IMPURE or node.target is operator.getitem:
@@ -57,6 +91,7 @@ def common_subexpression_elimination(gm: fx.GraphModule) -> None:
             gm.graph.erase_node(node)
         else:
             seen[k] = node
+    _keep_outputs_distinct(gm, before)
 
 
 def _draws_random(op, args, kwargs) -> bool:
