@@ -11,7 +11,6 @@ from .cat_layout import cat_into_permuted_layout
 from .cat_select import cat_to_select
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
-from .view_sink import sink_views_into_consumers
 
 aten = torch.ops.aten
 
@@ -181,7 +180,6 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     common_subexpression_elimination,
     masked_sum_to_cat,
     cat_to_select,
-    sink_views_into_consumers,
     cat_into_permuted_layout,
     dead_code_elimination,
 ]

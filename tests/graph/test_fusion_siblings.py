@@ -1,6 +1,6 @@
 """Fused groups reading one tensor merge even when the first of them cannot take the others: the
 transformer block's first RMSNorm backward (fp32) has its weight-gradient column sum and its
-row reduction in one kernel, not two, and the block's training step compiles to 25 kernels."""
+row reduction in one kernel, not two, and the block's training step compiles to 26 kernels."""
 from __future__ import annotations
 
 import sys
@@ -28,5 +28,5 @@ def test_block_norm_backward_is_one_kernel():
     model(x).sum().backward()
     torch.testing.assert_close(ref, x.grad, rtol=1e-4, atol=1e-4)
     assert not stats.fallback_ops()
-    # 26 before (the column sum and the row reduction of the first norm's backward apart)
-    assert stats.compiled()["kernels_generated"] <= 25
+    # 27 before (the column sum and the row reduction of the first norm's backward apart)
+    assert stats.compiled()["kernels_generated"] <= 26

@@ -115,3 +115,17 @@ def test_amax_of_an_upcast_bf16_tanh_has_a_gradient():
         v5 = torch.tanh(v4.to(torch.bfloat16)).float()
         return (v5.amax(-2),)
     check_no_fallback(prog, torch.randn(300, 1), torch.randint(0, 300, (3, 1)), torch.randn(1, 300))
+
+
+def test_gather_of_an_elementwise_value_beside_a_cast_and_a_linear():
+    """Seed 9123 (``benchmarks/fuzz.py --n 400 --seed 9000``): a whole-graph fallback with
+    ``[hbm-bounds] access of in1 reaches elements [0, 1026] outside [0, 3)`` in 'k5_eq_where_sum'
+    once ``0.25 - x0`` was rebuilt at the index views of the gather's decomposition (a view-sinking
+    pass, since removed): the [1, 3, 1] index was read with the [1, 3, 513] input's strides."""
+    torch.manual_seed(9123)
+
+    def fn(x0, i0, x1, x2, x3):
+        v2 = torch.gather(0.25 - x0, -2, i0)
+        return F.linear(x1, x2, x3), torch.add(x1, v2, alpha=0.5), x0.to(torch.bfloat16).float()
+    r = torch.randn
+    check_no_fallback(fn, r(1, 3, 513), torch.randint(0, 3, (1, 3, 1)), r(1, 3, 1), r(3, 1), r(3))
