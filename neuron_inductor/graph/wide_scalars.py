@@ -35,8 +35,10 @@ _FOLDABLE = {
     aten.mul.Scalar, aten.add.Scalar, aten.sub.Scalar, aten.div.Scalar,
 }
 _NARROW_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-#: the most nodes one chain may have (these chains are a handful of ops; a bound keeps the walk cheap)
+#: the deepest chain folded (these chains are a handful of ops; a bound keeps the walk cheap)
 _MAX_CHAIN = 32
+#: marks an argument whose value is not a compile-time constant
+_UNKNOWN = object()
 
 
 def _val(a: Any) -> Any:
@@ -48,13 +50,13 @@ def _is_wide_scalar(a: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype == torch.float64
 
 
-def _evaluate(gm: fx.GraphModule, node: fx.Node, memo: dict[fx.Node, Any]) -> torch.Tensor | None:
+def _evaluate(gm: fx.GraphModule, node: fx.Node, memo: dict[fx.Node, Any],
+              depth: int = 0) -> torch.Tensor | None:
     """The value of ``node`` if it is a constant 0-d chain, computed as eager would; else None."""
     if node in memo:
         return memo[node]
-    memo[node] = None  # a cycle cannot occur in an FX graph; this also marks "in progress"
-    if len(memo) > _MAX_CHAIN:
-        return None
+    if depth > _MAX_CHAIN:
+        return None  # not memoised: a shallower path to this node may still fold it
     result = None
     if node.op == "get_attr":
         t = getattr(gm, str(node.target), None)
@@ -63,23 +65,23 @@ def _evaluate(gm: fx.GraphModule, node: fx.Node, memo: dict[fx.Node, Any]) -> to
     elif node.op == "call_function" and node.target in _FOLDABLE:
         v = _val(node)
         if isinstance(v, torch.Tensor) and v.dim() == 0:
-            args = [_constant_arg(gm, a, memo) for a in node.args]
-            kwargs = {k: _constant_arg(gm, a, memo) for k, a in node.kwargs.items()}
+            args = [_constant_arg(gm, a, memo, depth) for a in node.args]
+            kwargs = {k: _constant_arg(gm, a, memo, depth) for k, a in node.kwargs.items()}
             if not any(a is _UNKNOWN for a in (*args, *kwargs.values())):
                 kwargs.pop("device", None)
-                out = node.target(*args, **kwargs)
+                try:
+                    out = node.target(*args, **kwargs)
+                except (RuntimeError, TypeError, ValueError):
+                    out = None  # not foldable here: the op stays in the graph as it was
                 if isinstance(out, torch.Tensor) and out.dtype == v.dtype and out.dim() == 0:
                     result = out
     memo[node] = result
     return result
 
 
-_UNKNOWN = object()
-
-
-def _constant_arg(gm: fx.GraphModule, a: Any, memo: dict[fx.Node, Any]) -> Any:
+def _constant_arg(gm: fx.GraphModule, a: Any, memo: dict[fx.Node, Any], depth: int) -> Any:
     if isinstance(a, fx.Node):
-        t = _evaluate(gm, a, memo)
+        t = _evaluate(gm, a, memo, depth + 1)
         return _UNKNOWN if t is None else t
     if isinstance(a, (list, tuple)):
         return _UNKNOWN if any(isinstance(x, fx.Node) for x in a) else a

@@ -63,6 +63,15 @@ def test_constant_double_scalar_chains_fold_exactly(fn):
     _check_exact(fn, torch.randn(260, 33))
 
 
+def test_many_constant_chains_in_one_graph_all_fold():
+    """Each chain is folded on its own: a graph with dozens of them (one per layer) has no fallback."""
+    def fn(x):
+        for i in range(40):
+            x = x * torch.tensor(float(i + 2), dtype=torch.float64).sqrt()
+        return x
+    _check_exact(fn, torch.randn(130, 7) * 1e-20)
+
+
 def test_constant_double_divisor_folds():
     """``x / s`` folds too; the division lowers as ``x * (1 / s)`` (there is no divide ALU op), which
     is within an ulp of eager's true division for any scalar divisor, double or Python float."""
