@@ -11,6 +11,7 @@ from .cat_layout import cat_into_permuted_layout
 from .cat_select import cat_to_select
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
+from .wide_scalars import fold_wide_scalar_operands
 
 aten = torch.ops.aten
 
@@ -177,6 +178,7 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     strip_rng_wrappers,
     fold_empty_operands,
     full_like_to_full,
+    fold_wide_scalar_operands,
     common_subexpression_elimination,
     masked_sum_to_cat,
     cat_to_select,
