@@ -15,6 +15,7 @@ import operator
 import torch
 
 from . import act_range, integers
+from ..ir import TileRegion
 from ..spec.instrs import PREDICATE_DTYPES
 from .builder import FLOAT_DTYPES, TVal
 from .registry import REDUCTIONS, register_pointwise
