@@ -43,10 +43,27 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from arch_configs import (  # noqa: E402,F401  (the matrix's architectures, re-exported for the tests)
-    ARCHS, COMMON, CORE, MOE, MOE_BATCHED, SLIDING_WINDOW, VOCAB, allowed_fallbacks, build, is_sliding,
-    tiny_config)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# this folder's kernels.py would shadow the ``kernels`` package transformers probes for; the sibling
+# module is loaded by path instead
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+
+def _sibling(name: str) -> Any:
+    import importlib.util
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, f"{name}.py"))
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+_cfg = _sibling("arch_configs")
+# the matrix's architectures, re-exported for the tests and scripts
+ARCHS, COMMON, CORE, MOE, MOE_BATCHED = _cfg.ARCHS, _cfg.COMMON, _cfg.CORE, _cfg.MOE, _cfg.MOE_BATCHED
+SLIDING_WINDOW, VOCAB = _cfg.SLIDING_WINDOW, _cfg.VOCAB
+allowed_fallbacks, build, is_sliding, tiny_config = _cfg.allowed_fallbacks, _cfg.build, _cfg.is_sliding, \
+    _cfg.tiny_config
 
 BATCH, SEQ = 2, 130
 #: the padded row loses this fraction of its tokens to padding
