@@ -403,14 +403,14 @@ def _pinned_topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = Tru
         pin.indices.append(idx.detach().clone())
         pin.calls.append((k, dim, largest))
         pin.scores["record"].append(input.detach().float().clone())
-        return values, idx
+        return torch.return_types.topk((values, idx))
     if pin.mode != "replay":
         return _TORCH_TOPK(input, k, dim, largest, sorted)
     idx = pin.indices[pin.n]
     pin.n += 1
     if not torch.compiler.is_compiling():
         pin.scores["replay"].append(input.detach().float().clone())
-    return torch.gather(input, dim, idx), idx
+    return torch.return_types.topk((torch.gather(input, dim, idx), idx))  # ``.indices`` works
 
 
 def check_train(model: Any, batch: dict, dtype: str = "float32",

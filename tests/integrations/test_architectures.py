@@ -120,8 +120,8 @@ def test_compare_catches_a_wrong_gradient() -> None:
 def _route(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """A top-2 router over 4 experts: the chosen experts' scores, gathered back per token."""
     scores = (x @ w).softmax(-1)
-    values, idx = torch.topk(scores, 2, dim=-1)
-    return values * (idx.float() + 1)
+    top = torch.topk(scores, 2, dim=-1)
+    return top.values * (top.indices.float() + 1)  # named fields, as routers use them
 
 
 def test_routing_pin_replays_the_reference_choice_in_compiled_code() -> None:
