@@ -171,6 +171,23 @@ def _untie_routers(model: torch.nn.Module, std: float) -> None:
         for name, p in model.named_parameters():
             if p.dim() == 2 and "router" in name and not bool(p.any()):
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
+        _untie_hash_routes(model, gen)
+
+
+def _untie_hash_routes(model: torch.nn.Module, gen: torch.Generator) -> None:
+    """Distinct random experts in hash routers' token -> experts tables (deepseek_v4's
+    ``tid2eid``) that initialise to zeros.
+
+    A zero table sends every token to expert 0 in each of its k slots; the routing weights
+    ``s_0 / (k s_0)`` are then the constant 1/k, whose gradient with respect to the gate is exactly
+    zero and computed as rounding noise that two correct runs do not share. A checkpoint's table
+    names k distinct experts per token."""
+    for module in model.modules():
+        table = getattr(module, "tid2eid", None)
+        n = getattr(module, "num_experts", None)
+        if isinstance(table, torch.Tensor) and n and table.dim() == 2 and not bool(table.any()):
+            order = torch.rand(table.shape[0], n, generator=gen).argsort(dim=-1)
+            table.copy_(order[:, :table.shape[1]].to(table.dtype))
 
 
 def is_sliding(model: Any) -> bool:

@@ -120,8 +120,8 @@ def test_compare_catches_a_wrong_gradient() -> None:
 def _route(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """A top-2 router over 4 experts: the chosen experts' scores, gathered back per token."""
     scores = (x @ w).softmax(-1)
-    values, idx = torch.topk(scores, 2, dim=-1)
-    return values * (idx.float() + 1)
+    top = torch.topk(scores, 2, dim=-1)
+    return top.values * (top.indices.float() + 1)  # named fields, as routers use them
 
 
 def test_routing_pin_replays_the_reference_choice_in_compiled_code() -> None:
@@ -215,3 +215,72 @@ def test_error_spread_of_a_cancelling_mask_scale_gradient() -> None:
     errors = A.check_train(_model("doge"), A.padded_batch(A.SEQ, "left"), "bfloat16")
     assert errors["grads"] is None and errors["fwd"] is None, errors
     assert "layers.1.self_attn.A" in (errors.get("bf16-noise") or ""), errors
+
+
+def test_lowest_index_ties_is_the_compiled_topk_order() -> None:
+    """The fp32 tie rerun's reference takes exact ties lowest index first, as the compiled
+    ``topk`` does, for ``torch.topk`` and ``Tensor.topk``; it counts only finite k-th-place ties."""
+    torch._dynamo.reset()
+    x = torch.tensor([[0.5, 0.0, 0.0, 0.0, -0.2], [0.3, 0.0, 0.1, -0.1, 0.0],
+                      [0.2, -float("inf"), 0.1, -float("inf"), -float("inf")]])
+    compiled = torch.compile(lambda t: t.topk(3, dim=-1), backend="neuron", options={"cache": False})(x)
+    seen: list[int] = []
+    with A._lowest_index_ties(seen):
+        by_method, by_function = x.topk(3, dim=-1), torch.topk(x, 3, dim=-1)
+    assert torch.topk is A._TORCH_TOPK and torch.Tensor.topk is not by_method  # restored on exit
+    want = torch.tensor([[0, 1, 2], [0, 2, 1], [0, 2, 1]])
+    for got in (by_method, by_function, compiled):
+        assert torch.equal(got.indices, want)
+        torch.testing.assert_close(got.values, x.gather(-1, want))
+    assert seen == [2, 2]  # rows 0 and 1 tie at 0.0 across the 3rd place; row 2's tie is -inf
+    torch._dynamo.reset()
+
+
+class _TopkModel(torch.nn.Module):
+    """Logits that keep each row's top-2 of a score with exact zero ties (as a ReLU indexer has)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([1.0, 0.0, 0.0, 2.0]))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor):
+        from types import SimpleNamespace
+        scores = torch.relu(input_ids.float() - 1)
+        idx = scores.topk(2, dim=-1).indices
+        logits = torch.zeros(input_ids.shape).scatter(-1, idx, 1.0) * self.w
+        return SimpleNamespace(logits=logits, loss=logits.square().sum())
+
+
+def test_tie_rerun_passes_only_a_step_that_matches_the_other_tie_order() -> None:
+    """The rerun passes a step equal to eager with ties taken lowest index first, keeps a wrong
+    step failing, and has no verdict for a step whose ``topk`` had no exact tie."""
+    model, ones = _TopkModel(), torch.ones(1, 4, dtype=torch.long)
+    batch = {"input_ids": ones, "attention_mask": ones, "labels": ones}  # all scores 0: tied
+    with A._lowest_index_ties([]):
+        out, grads = A._step(model, batch, False, None)
+    failed = {"fwd": "logits differ", "grads": None}
+    verdict = A._rerun_lowest_index_ties(model, batch, out, grads, failed)
+    assert verdict["fwd"] is None and verdict["grads"] is None and "router-tie" in verdict
+    wrong = type(out)(logits=out.logits * 1.01, loss=out.loss)
+    assert A._rerun_lowest_index_ties(model, batch, wrong, grads, failed) == {}
+    untied = {**batch, "input_ids": torch.tensor([[4, 3, 1, 2]])}  # scores 3, 2, 0, 1
+    with A._lowest_index_ties([]):
+        out, grads = A._step(model, untied, False, None)
+    assert A._rerun_lowest_index_ties(model, untied, out, grads, failed) == {}
+
+
+def test_drop_zero_only_keeps_real_gradient_differences() -> None:
+    got = {"a": torch.zeros(3), "b": torch.ones(2), "c": torch.ones(1)}
+    exp = {"c": torch.ones(1)}
+    A._drop_zero_only(got, exp)
+    assert set(got) == {"b", "c"} and set(exp) == {"c"}  # "b" still differs: a real failure
+
+
+def test_zero_hash_route_tables_get_distinct_experts() -> None:
+    """A zero ``tid2eid`` routes every token to expert 0 in every slot (constant weights 1/k)."""
+    router = torch.nn.Module()
+    router.num_experts = 4
+    router.register_buffer("tid2eid", torch.zeros(50, 2, dtype=torch.long))
+    A._untie_hash_routes(router, torch.Generator().manual_seed(0))
+    t = router.tid2eid
+    assert t.min() >= 0 and t.max() < 4 and bool((t[:, 0] != t[:, 1]).all()) and t.unique().numel() == 4
