@@ -61,7 +61,7 @@ def _sibling(name: str) -> Any:
 _cfg = _sibling("arch_configs")
 # the matrix's architectures, re-exported for the tests and scripts
 ARCHS, COMMON, CORE, MOE, MOE_BATCHED = _cfg.ARCHS, _cfg.COMMON, _cfg.CORE, _cfg.MOE, _cfg.MOE_BATCHED
-SLIDING_WINDOW, VOCAB = _cfg.SLIDING_WINDOW, _cfg.VOCAB
+SLIDING_WINDOW, VOCAB, SHORT_SEQ = _cfg.SLIDING_WINDOW, _cfg.VOCAB, _cfg.SHORT_SEQ
 allowed_fallbacks, build, is_sliding, tiny_config = _cfg.allowed_fallbacks, _cfg.build, _cfg.is_sliding, \
     _cfg.tiny_config
 _untie_hash_routes = _cfg._untie_hash_routes
@@ -584,8 +584,10 @@ def _guard(res: Result, key: str, fn: Callable[[], dict[str, str | None]]) -> di
 
 
 def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...] = DTYPES,
-             sides: tuple[str, ...] = SIDES, seq: int = SEQ) -> Result:
-    """Every check on a fresh tiny model; a failing check is recorded and the next still runs."""
+             sides: tuple[str, ...] = SIDES, seq: int | None = None) -> Result:
+    """Every check on a fresh tiny model; a failing check is recorded and the next still runs.
+    ``seq`` None: the row's training length (:func:`seq_for`)."""
+    seq = seq_for(arch, seq)
     from neuron_inductor import stats
     res = Result(arch)
     t0 = time.perf_counter()
@@ -634,6 +636,12 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
     return res
 
 
+def seq_for(arch: str, seq: int | None = None) -> int:
+    """The training length of ``arch``: ``seq`` if given, else SEQ (SHORT_SEQ for the few rows whose
+    tracing cost grows with every position, see arch_configs)."""
+    return seq if seq is not None else SHORT_SEQ.get(arch, SEQ)
+
+
 def _mark(v: bool | None) -> str:
     return "-" if v is None else ("ok" if v else "FAIL")
 
@@ -678,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checks", default=",".join(CHECKS), help="comma-separated subset of checks")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated training dtypes")
     ap.add_argument("--sides", default=",".join(SIDES), help="padding sides of the training batch")
-    ap.add_argument("--seq", type=int, default=SEQ, help=f"training sequence length (default {SEQ})")
+    ap.add_argument("--seq", type=int, default=None,
+                    help=f"training sequence length (default {SEQ}; {SHORT_SEQ} for those rows)")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of the table")
     ap.add_argument("--errors", action="store_true", help="print each failure's message")
     args = ap.parse_args(argv)
@@ -707,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(r) | {"ok": r.ok} for r in results], indent=1))
     else:
-        print(f"(seq {args.seq}, batch {BATCH}, row 1 padded by {PAD_FRACTION:.0%}; "
+        seqs = sorted({seq_for(a, args.seq) for a in archs})
+        print(f"(seq {'/'.join(map(str, seqs))}, batch {BATCH}, row 1 padded by {PAD_FRACTION:.0%}; "
               f"sliding window {SLIDING_WINDOW})\n")
         print(table(results))
     return 0 if all(r.ok for r in results) else 1

@@ -76,7 +76,7 @@ def _check_fallbacks(arch: str, fallbacks: dict) -> None:
 def test_padded_training_step(arch: str, dtype: str, side: str) -> None:
     torch._dynamo.reset()
     errors, fallbacks = _fallbacks_during(
-        lambda: A.check_train(_model(arch), A.padded_batch(A.SEQ, side), dtype))
+        lambda: A.check_train(_model(arch), A.padded_batch(A.seq_for(arch), side), dtype))
     # "router-tie" (parts in "tied") / "bf16-noise": steps that pass a documented rerun (A.check_train)
     failed = {k: v for k, v in errors.items() if v and k not in ("router-tie", "tied", "bf16-noise")}
     assert not failed, f"{arch} {dtype} {side}-padded: " + "\n".join(f"{k}: {v}" for k, v in failed.items())
