@@ -10,7 +10,9 @@ user is the cause and the fix, once, instead of a slow run with no word.
 
 :func:`warn_data_dependent_recompiles` is called for every Dynamo graph our backend gets. It warns
 when a frame is compiled for the third time (prefill and decode are two) because a guard of the form
-``<value> == <int>`` failed, and a data-dependent graph break has happened in this process.
+``___stack<i>... == <int>`` failed (a value on the stack Dynamo resumed with after a graph break: the
+read's result), and a data-dependent graph break has happened in this process. A plain Python int
+argument that changes (``L['n'] == 3``) is the caller's value, not data, and gets no warning.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import warnings
 
 #: start of the graph-break reason Dynamo counts for ``.tolist()`` / ``.item()`` on a tensor
 _DATA_DEPENDENT = "Data dependent operator"
-#: a failed guard on a Python int's value (not on a tensor's size or stride), as Dynamo words it:
-#: ``1/0: ___stack0[3][0] == 4   # source line  # file:line``
-_INT_GUARD = re.compile(r"^\s*(?:\d+/\d+:\s*)?(?P<expr>[^#\s]+)\s*==\s*-?\d+\s*(?:#|$)")
+#: a failed guard on the value of a Python int the frame resumed with after a graph break (not on a
+#: tensor's size or stride), as Dynamo words it: ``1/0: ___stack0[3][0] == 4   # source line  # file:line``
+_INT_GUARD = re.compile(r"^\s*(?:\d+/\d+:\s*)?(?P<expr>___stack\d+[^#\s]*)\s*==\s*-?\d+\s*(?:#|$)")
 
 _warned = [False]
 

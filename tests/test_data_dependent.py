@@ -22,7 +22,8 @@ def _run(fn, inputs) -> list[str]:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for x in inputs:
-            torch.testing.assert_close(compiled(x), fn(x))
+            x = x if isinstance(x, tuple) else (x,)
+            torch.testing.assert_close(compiled(*x), fn(*x))
     torch._dynamo.reset()
     return [str(w.message) for w in seen if "neuron_inductor: a frame" in str(w.message)]
 
@@ -38,7 +39,11 @@ def test_data_dependent_recompiles_warn_once_with_cause_and_fix() -> None:
     assert "recompile_limit" in msgs[0] and "batched_mm" in msgs[0]
 
 
-def test_shape_recompiles_do_not_warn() -> None:
-    """New input shapes (static compiles per shape) are not data-dependent numbers."""
-    msgs = _run(lambda x: x * 2, [torch.ones(n, 3) for n in (1, 2, 3, 4)])
-    assert msgs == []
+def test_shape_and_int_argument_recompiles_do_not_warn() -> None:
+    """New input shapes (static compiles per shape) and a caller's changing Python int are not
+    numbers read from tensor data, even after a data-dependent graph break in the same process."""
+    _split_by_counts(torch.ones(2, 2))
+    torch.compile(_split_by_counts, backend="eager")(torch.ones(2, 2))  # a data-dependent break
+    assert data_dependent._data_dependent_break() is not None
+    assert _run(lambda x: x * 2, [torch.ones(n, 3) for n in (1, 2, 3, 4)]) == []
+    assert _run(lambda x, n: x * n, [(torch.ones(3), n) for n in (1, 2, 3, 4)]) == []
