@@ -61,7 +61,7 @@ def _sibling(name: str) -> Any:
 _cfg = _sibling("arch_configs")
 # the matrix's architectures, re-exported for the tests and scripts
 ARCHS, COMMON, CORE, MOE, MOE_BATCHED = _cfg.ARCHS, _cfg.COMMON, _cfg.CORE, _cfg.MOE, _cfg.MOE_BATCHED
-SLIDING_WINDOW, VOCAB = _cfg.SLIDING_WINDOW, _cfg.VOCAB
+SLIDING_WINDOW, VOCAB, SHORT_SEQ = _cfg.SLIDING_WINDOW, _cfg.VOCAB, _cfg.SHORT_SEQ
 allowed_fallbacks, build, is_sliding, tiny_config = _cfg.allowed_fallbacks, _cfg.build, _cfg.is_sliding, \
     _cfg.tiny_config
 _untie_hash_routes = _cfg._untie_hash_routes
@@ -98,8 +98,11 @@ class Result:
     fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: columns whose bf16 grads matched only with routing pinned (see ``check_train``): the bf16 error
+    #: columns whose step matched only with routing pinned or exact ties reordered (see
+    #: ``check_train``): the original failure
     ties: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: per such column, which parts ("fwd", "grads") had failed
+    tied: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     #: columns where some bf16 grads passed only against eager's error over nearby draws
     #: (``error_spread``): those parameters' single-step errors
     noise: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -184,8 +187,10 @@ class _RoutingPin:
     scores), so all three route alike and the rest of the step is compared as usual. The
     scores, the routing weights and their gradients are still computed by each run itself.
 
-    ``torch.topk`` is replaced by :func:`_pinned_topk` only inside :meth:`active`; Dynamo inlines
-    that Python function, so the compiled graph takes the recorded indices as inputs."""
+    Inside :meth:`active`, a torch function mode (:class:`_PinMode`) sends every ``torch.topk`` and
+    ``Tensor.topk`` call to :func:`_pinned_topk` (routers use both spellings; patching the
+    ``Tensor`` method instead would make Dynamo run the replay on fake tensors). Dynamo inlines the
+    mode's handler, so the compiled graph takes the recorded indices as inputs."""
 
     def __init__(self) -> None:
         self.mode = "off"
@@ -200,12 +205,12 @@ class _RoutingPin:
         return self
 
     def __enter__(self) -> "_RoutingPin":
-        torch._dynamo.trace_rules.get_torch_obj_rule_map()  # built from the real torch.topk
-        torch.topk = _pinned_topk
+        self._mode = _PinMode()
+        self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        torch.topk = _TORCH_TOPK
+        self._mode.__exit__(*exc)
         if self.mode == "replay" and exc[0] is None and self.n != len(self.indices):
             raise RuntimeError(f"routing pin: {self.n} topk calls replayed, {len(self.indices)} recorded")
         self.mode = "off"
@@ -228,6 +233,16 @@ class _RoutingPin:
 
 _TORCH_TOPK = torch.topk
 _PIN = _RoutingPin()
+_TOPKS = (torch.topk, torch.Tensor.topk)
+
+
+class _PinMode(torch.overrides.TorchFunctionMode):
+    """Routes ``torch.topk`` and ``Tensor.topk`` to :func:`_pinned_topk`; every other call runs as is."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in _TOPKS:
+            return _pinned_topk(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
 
 
 def _pinned_topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
@@ -254,12 +269,12 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
     """One training step on ``batch`` (loss with labels), compiled vs eager, in ``dtype``: logits
     and loss ("fwd") and every parameter's gradient ("grads"). Dropouts are 0.
 
-    A bf16 step whose gradients differ and that routes with ``torch.topk`` is run again with its
-    routing pinned to the fp32 reference's choices (:class:`_RoutingPin`). If that run matches and
-    the reference has tokens whose top-k margin is within bf16 noise (so a correct bf16 run can
-    route them otherwise), the gradients are reported under "router-tie" (a near-tie routed the
-    other way, not a wrong number) instead of failing. In a bf16 step without ``topk`` routing, a
-    failing gradient whose compiled rms error over this and nearby problems is within BF16_FACTOR x
+    A bf16 step whose logits or gradients differ and that routes with ``topk`` is run again with
+    its routing pinned to the fp32 reference's choices (:class:`_RoutingPin`). If that run matches
+    and the reference has tokens whose top-k margin is within bf16 noise (so a correct bf16 run
+    can route them otherwise), the failing parts are reported under "router-tie" (a near-tie routed
+    the other way, not a wrong number; "tied" names them) instead of failing. In a bf16 step
+    without ``topk`` routing, a failing gradient whose compiled rms error over this and nearby problems is within BF16_FACTOR x
     eager's rms error over the same problems (:func:`error_spread`) passes and is listed under
     "bf16-noise". A failing fp32 step is compared once more against eager with exact ``topk`` ties
     taken lowest index first (:func:`_rerun_lowest_index_ties`)."""
@@ -317,8 +332,8 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
         errors.update(_rerun_lowest_index_ties(work, batch, out_c, got_grads, errors))
     if pin_routing:
         errors["pinned"] = f"{len(_PIN.indices)} topk calls pinned, {_PIN.near_ties()} near-tie tokens"
-    elif errors["grads"] and dtype == "bfloat16" and _uses_topk(work, batch):
-        errors.update(_rerun_pinned(model, batch, errors["grads"]))
+    elif (errors["grads"] or errors["fwd"]) and dtype == "bfloat16" and _uses_topk(work, batch):
+        errors.update(_rerun_pinned(model, batch, errors))
     return errors
 
 
@@ -386,7 +401,7 @@ def _rerun_lowest_index_ties(model: Any, batch: dict, out_c: Any, got_grads: dic
     if wrong:  # the failure stands as first reported
         return {}
     failure = "; ".join(v for v in (errors["fwd"], errors["grads"]) if v)
-    return {"fwd": None, "grads": None,
+    return {"fwd": None, "grads": None, "tied": _tied(errors),
             "router-tie": f"{failure} [matches eager with exact topk ties ({sum(seen)} rows over "
                           f"{len(seen)} calls) taken lowest index first]"}
 
@@ -470,28 +485,42 @@ def _uses_topk(model: Any, batch: dict) -> bool:
     return bool(_PIN.indices)
 
 
-def _rerun_pinned(model: Any, batch: dict, failure: str) -> dict[str, str | None]:
+def _rerun_pinned(model: Any, batch: dict, errors: dict[str, str | None]) -> dict[str, str | None]:
     """The pinned-routing rerun of a failed bf16 step (see :func:`check_train`): its verdict."""
+    failure = "; ".join(v for v in (errors["fwd"], errors["grads"]) if v)
+    part = "grads" if errors["grads"] else "fwd"  # where a failed rerun's reason is reported
     torch._dynamo.reset()
     try:
         again = check_train(model, batch, "bfloat16", None, pin_routing=True)
     except Exception as e:  # noqa: BLE001 - a rerun that cannot run keeps the original failure
-        return {"grads": f"{failure} (pinned-routing rerun failed: {type(e).__name__}: {e})"}
+        return {part: f"{failure} (pinned-routing rerun failed: {type(e).__name__}: {e})"}
     finally:
         torch._dynamo.reset()
     if not _PIN.indices:  # no topk routing: nothing a tie could explain
         return {}
     if again["grads"] is not None or again["fwd"] is not None:
-        return {"grads": f"{failure} (with routing pinned as well: {again['grads'] or again['fwd']})"}
+        return {part: f"{failure} (with routing pinned as well: {again['grads'] or again['fwd']})"}
     if not _PIN.near_ties():
-        return {"grads": f"{failure} (matches with routing pinned, but no token's top-k margin is "
-                         "within bf16 noise, so a tie cannot explain it)"}
-    return {"router-tie": f"{failure} [{again['pinned']}]", "grads": None}
+        return {part: f"{failure} (matches with routing pinned, but no token's top-k margin is "
+                      "within bf16 noise, so a tie cannot explain it)"}
+    return {"router-tie": f"{failure} [{again['pinned']}]", "tied": _tied(errors), "fwd": None,
+            "grads": None}
+
+
+def _tied(errors: dict[str, str | None]) -> str:
+    """The parts ("fwd", "grads") of a step that failed and passed only as a routing tie."""
+    return ",".join(k for k in ("fwd", "grads") if errors[k])
 
 
 def check_generate(model: Any, ids: torch.Tensor, max_new_tokens: int = 4) -> dict[str, str | None]:
     """Static-cache greedy generation on a compiled forward: same tokens, same logits at every step,
-    and no compile after the first decode step (prefill and decode are one graph each)."""
+    and no compile after the first decode step (prefill and decode are one graph each). Two kinds
+    of model compile more and pass with a note: one without a static KV cache (:func:`growing_cache`),
+    and one whose shapes depend on Python numbers read from tensor data (jetmoe's
+    ``expert_size.tolist()``), which must get exactly one warning naming the cause and the fix
+    (``neuron_inductor.data_dependent``)."""
+    import warnings
+    from neuron_inductor import data_dependent
     from neuron_inductor.integrations.hf import compile_forward, restore_forward, static_generate
     model.eval()
     # min_new_tokens: an early EOS would leave too few decode steps to prove the decode graph is reused
@@ -500,10 +529,14 @@ def check_generate(model: Any, ids: torch.Tensor, max_new_tokens: int = 4) -> di
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                   do_sample=False, cache_implementation="static", **kw)
     probe = compile_forward(model, options={"cache": False})
+    data_dependent.reset()
     try:
-        got = static_generate(model, ids, max_new_tokens, **kw)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            got = static_generate(model, ids, max_new_tokens, **kw)
     finally:
         restore_forward(model)
+    warned = [w for w in seen if "read from tensor data" in str(w.message)]
     try:
         for i, (a, b) in enumerate(zip(got.logits, expected.logits)):
             torch.testing.assert_close(a, b, **FWD_TOL, msg=lambda m, i=i: f"logits of step {i}: {m}")
@@ -511,8 +544,12 @@ def check_generate(model: Any, ids: torch.Tensor, max_new_tokens: int = 4) -> di
             f"tokens differ:\n{got.sequences}\nvs eager\n{expected.sequences}"
         assert len(probe.graphs_after) == max_new_tokens, probe.graphs_after
         note = growing_cache(model, expected)
+        note = f"{note}: a graph per length" if note else ""
+        if probe.decode_recompiles() and not note and len(warned) == 1:
+            note = "shapes from tensor data (.tolist()): a graph per value, one warning"
         assert probe.decode_recompiles() == 0 or note, \
-            f"decode steps recompiled: Dynamo graphs after each call {probe.graphs_after}"
+            f"decode steps recompiled: Dynamo graphs after each call {probe.graphs_after}" + \
+            (f" ({len(warned)} data-dependence warnings)" if warned else " (no warning)")
     except AssertionError as e:
         return {"generate": str(e)}
     return {"generate": None, "note": note}
@@ -547,8 +584,10 @@ def _guard(res: Result, key: str, fn: Callable[[], dict[str, str | None]]) -> di
 
 
 def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...] = DTYPES,
-             sides: tuple[str, ...] = SIDES, seq: int = SEQ) -> Result:
-    """Every check on a fresh tiny model; a failing check is recorded and the next still runs."""
+             sides: tuple[str, ...] = SIDES, seq: int | None = None) -> Result:
+    """Every check on a fresh tiny model; a failing check is recorded and the next still runs.
+    ``seq`` None: the row's training length (:func:`seq_for`)."""
+    seq = seq_for(arch, seq)
     from neuron_inductor import stats
     res = Result(arch)
     t0 = time.perf_counter()
@@ -569,9 +608,10 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
                                                                cache_dir))
                     if "crash" in out:
                         out = {"fwd": out["crash"], "grads": out["crash"]}
-                    tie = out.pop("router-tie", None)
+                    tie, tied = out.pop("router-tie", None), out.pop("tied", None)
                     if tie:
                         res.ties[col] = tie[:2000]
+                        res.tied[col] = (tied or "grads").split(",")
                     noise = out.pop("bf16-noise", None)
                     if noise:
                         res.noise[col] = noise[:2000]
@@ -586,7 +626,7 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
             out = _guard(res, "generate", lambda: check_generate(model, prompt, res.gen_tokens))
             err = out.get("generate", out.get("crash"))
             if out.get("note"):
-                res.gen_note = f", {out['note']}: a graph per length"
+                res.gen_note = f", {out['note']}"
             res.generate = err is None
             if err is not None:
                 res.errors["generate"] = err[:2000]
@@ -594,6 +634,12 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
     res.fallbacks = dict(Counter(stats.fallback_ops()) - before)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def seq_for(arch: str, seq: int | None = None) -> int:
+    """The training length of ``arch``: ``seq`` if given, else SEQ (SHORT_SEQ for the few rows whose
+    tracing cost grows with every position, see arch_configs)."""
+    return seq if seq is not None else SHORT_SEQ.get(arch, SEQ)
 
 
 def _mark(v: bool | None) -> str:
@@ -608,9 +654,10 @@ def table(results: list[Result]) -> str:
         cells = [r.arch]
         for c in cols:
             t = r.train.get(c)
-            grads = "tie" if c in r.ties else _mark(t.get("grads")) if t else "-"
+            fwd, grads = ("tie" if k in r.tied.get(c, ()) else _mark(t.get(k)) if t else "-"
+                          for k in ("fwd", "grads"))
             grads += "*" if c in r.noise and grads == "ok" else ""
-            cells.append("-" if t is None else f"{_mark(t.get('fwd'))}/{grads}")
+            cells.append("-" if t is None else f"{fwd}/{grads}")
         gen = _mark(r.generate) + (f" ({r.gen_tokens} tok{r.gen_note})" if r.generate is not None else "")
         fb = ", ".join(f"{k.replace('aten.', '')}×{v}" for k, v in sorted(r.fallbacks.items()))
         n = sum(r.fallbacks.values())
@@ -621,10 +668,10 @@ def table(results: list[Result]) -> str:
     passed = sum(r.ok for r in results)
     lines.append(f"\n{passed}/{len(results)} architectures pass every check.")
     if any(r.ties for r in results):
-        lines.append("tie: bf16 MoE gradients that match eager once every run routes as the fp32 "
-                     "reference does (tokens whose top-k router scores lie within bf16 noise of "
-                     "each other went to other experts; see check_train), or fp32 steps that "
-                     "match eager once exact topk ties are taken lowest index first.")
+        lines.append("tie: bf16 MoE logits or gradients that match eager once every run routes as "
+                     "the fp32 reference does (tokens whose top-k router scores lie within bf16 "
+                     "noise of each other went to other experts; see check_train), or fp32 ones "
+                     "that match eager once exact topk ties are taken lowest index first.")
     if any(r.noise for r in results):
         lines.append("ok*: a bf16 gradient whose compiled error exceeds eager's on this step, but "
                      f"whose compiled rms error over this and {BF16_DRAWS} nearby problems is within "
@@ -639,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checks", default=",".join(CHECKS), help="comma-separated subset of checks")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated training dtypes")
     ap.add_argument("--sides", default=",".join(SIDES), help="padding sides of the training batch")
-    ap.add_argument("--seq", type=int, default=SEQ, help=f"training sequence length (default {SEQ})")
+    ap.add_argument("--seq", type=int, default=None,
+                    help=f"training sequence length (default {SEQ}; {SHORT_SEQ} for those rows)")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of the table")
     ap.add_argument("--errors", action="store_true", help="print each failure's message")
     args = ap.parse_args(argv)
@@ -663,12 +711,13 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in r.noise.items():
                 print(f"    {k} grads (within eager's bf16 spread): {v[:600]}", file=sys.stderr, flush=True)
             for k, v in r.ties.items():
-                print(f"    {k} grads (router tie; ok with routing pinned): {v[:600]}", file=sys.stderr,
-                      flush=True)
+                print(f"    {k} {'/'.join(r.tied[k])} (router tie; ok with routing pinned or exact ties "
+                      f"reordered): {v[:600]}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) | {"ok": r.ok} for r in results], indent=1))
     else:
-        print(f"(seq {args.seq}, batch {BATCH}, row 1 padded by {PAD_FRACTION:.0%}; "
+        seqs = sorted({seq_for(a, args.seq) for a in archs})
+        print(f"(seq {'/'.join(map(str, seqs))}, batch {BATCH}, row 1 padded by {PAD_FRACTION:.0%}; "
               f"sliding window {SLIDING_WINDOW})\n")
         print(table(results))
     return 0 if all(r.ok for r in results) else 1

@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from .config import Config, get_config
 from .autoselect import register_hf_cache_layers
+from .data_dependent import warn_data_dependent_recompiles
 from .integrations.hf import warn_stock_sliding_recompiles
 
 log = logging.getLogger("neuron_inductor")
@@ -72,6 +73,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list, options: dict[str, 
 
     cfg = get_config().replace(**(options or {}))
     warn_stock_sliding_recompiles()
+    warn_data_dependent_recompiles()
     with gc_paused():
         if _has_symbolic_inputs(example_inputs):
             from .dynamic import specialize_per_shape
