@@ -31,6 +31,7 @@ from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node
                                  takes_epilogue)
 from ..ir import TensorMeta, contiguous_strides
 from .fusion_recompute import recompute_widening_casts
+from .horizontal import merge_horizontal
 
 aten = torch.ops.aten
 
@@ -366,4 +367,5 @@ class Partitioner:
 
 
 def partition(gm: fx.GraphModule, fusion: bool = True) -> list[Group]:
-    return Partitioner(gm, fusion).run()
+    groups = Partitioner(gm, fusion).run()
+    return merge_horizontal(groups) if fusion else groups
