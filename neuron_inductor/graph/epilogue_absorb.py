@@ -1,0 +1,73 @@
+"""Fold a pointwise group that reads a GEMM's output into that GEMM's epilogue: a partitioner post-pass.
+
+The greedy partitioner puts a pointwise node in the group of one producer. When the node reads both
+a matmul's output and a value of a fused group that started earlier from graph inputs (a SwiGLU
+backward: ``sigmoid(gate)`` is computed from the saved gate pre-activation before the GEMM that
+yields ``d(silu(gate) * up)``), it joins the fused group, and the GEMM stores its tile to HBM only for
+that group to read it back. Here, after partitioning, such a fused group joins the matmul group as
+more epilogue: every node lives in the GEMM's output domain, the group's other inputs are read tile by
+tile like any epilogue operand, and nothing it reads depends on the GEMM through a third group. One
+launch and one HBM round trip of the GEMM's output fewer; the values computed are the same ops on the
+same inputs, so numerics are unchanged.
+"""
+from __future__ import annotations
+
+import networkx as nx
+import torch
+
+from ..lowering.groups import Group, view_root
+from ..lowering.registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS
+
+aten = torch.ops.aten
+
+
+def _absorbable(p, m: Group, f: Group) -> bool:
+    """Fused group ``f`` can become more epilogue of matmul group ``m`` (``p``: the partitioner)."""
+    if f.kind != "fused" or f.reduce_axes or f.col_axes or f.parts:
+        return False
+    reads_m = False
+    for n in f.nodes:
+        if n.target is aten.copy_.default or n.target in REDUCTIONS:
+            return False
+        if n.target in VIEWS:
+            # the epilogue computes through order-preserving views of its own values only
+            if n.args[0] in f.members and n.target not in ORDER_PRESERVING_VIEWS:
+                return False
+        elif not p._compatible(m, n):
+            return False
+        for a in n.all_input_nodes:
+            if a in f.members:
+                continue
+            if view_root(a) in m.members:
+                if not p._reaches_in_order(m, a):
+                    return False
+                reads_m = True
+    if not reads_m:
+        return False
+    dag = p.dag
+    # no third group between them: f reads m only directly, and m reads nothing of f
+    if nx.has_path(dag, id(f), id(m)):
+        return False
+    return not any(s != id(f) and nx.has_path(dag, s, id(f)) for s in dag.successors(id(m)))
+
+
+def absorb_into_epilogues(p) -> None:
+    """Fold every absorbable fused group into the matmul group whose output it reads (``p``: the
+    partitioner, whose groups, ``group_of`` and group DAG are updated in place)."""
+    for m in [g for g in p.groups if g.kind == "matmul"]:
+        for f in list(p.groups):
+            if f is m or f not in p.groups or not _absorbable(p, m, f):
+                continue
+            m.nodes.extend(f.nodes)
+            m.members |= set(f.nodes)
+            m.parts.append(f)
+            for n in f.nodes:
+                p.group_of[n] = m
+            for q in list(p.dag.predecessors(id(f))):
+                if q != id(m):
+                    p.dag.add_edge(q, id(m))
+            for s in list(p.dag.successors(id(f))):
+                if s != id(m):
+                    p.dag.add_edge(id(m), s)
+            p.dag.remove_node(id(f))
+            p.groups.remove(f)
