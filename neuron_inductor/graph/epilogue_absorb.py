@@ -9,6 +9,10 @@ more epilogue: every node lives in the GEMM's output domain, the group's other i
 tile like any epilogue operand, and nothing it reads depends on the GEMM through a third group. One
 launch and one HBM round trip of the GEMM's output fewer; the values computed are the same ops on the
 same inputs, so numerics are unchanged.
+
+Only GEMMs whose output rows fit one PSUM column tile take more epilogue: the epilogue reads its
+operands one output tile at a time, so for wider outputs (an MLP's 11008 columns) its DMA rows would
+be 512 elements where the separate pass reads whole rows in large chunks.
 """
 from __future__ import annotations
 
@@ -17,13 +21,15 @@ import torch
 
 from ..lowering.groups import Group, view_root
 from ..lowering.registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS
+from ..target import common_limit
 
 aten = torch.ops.aten
 
 
 def _absorbable(p, m: Group, f: Group) -> bool:
     """Fused group ``f`` can become more epilogue of matmul group ``m`` (``p``: the partitioner)."""
-    if f.kind != "fused" or f.reduce_axes or f.col_axes or f.parts:
+    if f.kind != "fused" or f.reduce_axes or f.col_axes or f.parts or \
+            not m.domain or m.domain[-1] > common_limit("matmul_n_max"):
         return False
     reads_m = False
     for n in f.nodes:
