@@ -57,12 +57,45 @@ def _absorbable(p, m: Group, f: Group) -> bool:
     return not any(s != id(f) and nx.has_path(dag, s, id(f)) for s in dag.successors(id(m)))
 
 
+def _anchors(g: Group) -> list:
+    return [n for n in g.nodes if n.target in (aten.mm.default, aten.bmm.default)]
+
+
+def _sibling_gemm(p, m: Group, f: Group) -> bool:
+    """Matmul group ``f`` (an ``mm`` and its epilogue) can join matmul group ``m``, whose epilogue
+    reads its result, as a second anchor (``lowering/matmul_multi.py``): one output domain of at
+    most one PSUM bank of columns, neither GEMM reading the other's values."""
+    if f.kind != "matmul" or f.parts or f.domain != m.domain or len(m.domain) != 2 or \
+            m.domain[-1] > common_limit("matmul_n_max"):
+        return False
+    am, af = _anchors(m), _anchors(f)
+    if len(am) != 1 or len(af) != 1 or any(a.target is not aten.mm.default for a in am + af):
+        return False
+    if any(view_root(x) in f.members for x in am[0].args[:2]) or \
+            any(view_root(x) in m.members for x in af[0].args[:2]):
+        return False
+    reads_f = False
+    for n in m.nodes:
+        for a in n.all_input_nodes:
+            if a not in m.members and view_root(a) in f.members:
+                if not p._reaches_in_order(f, a):
+                    return False
+                reads_f = True
+    if not reads_f:
+        return False
+    dag = p.dag
+    if nx.has_path(dag, id(m), id(f)):
+        return False
+    return not any(s != id(m) and nx.has_path(dag, s, id(m)) for s in dag.successors(id(f)))
+
+
 def absorb_into_epilogues(p) -> None:
     """Fold every absorbable fused group into the matmul group whose output it reads (``p``: the
     partitioner, whose groups, ``group_of`` and group DAG are updated in place)."""
     for m in [g for g in p.groups if g.kind == "matmul"]:
         for f in list(p.groups):
-            if f is m or f not in p.groups or not _absorbable(p, m, f):
+            if f is m or f not in p.groups or m not in p.groups or \
+                    not (_absorbable(p, m, f) or _sibling_gemm(p, m, f)):
                 continue
             m.nodes.extend(f.nodes)
             m.members |= set(f.nodes)
@@ -77,3 +110,18 @@ def absorb_into_epilogues(p) -> None:
                     p.dag.add_edge(id(m), s)
             p.dag.remove_node(id(f))
             p.groups.remove(f)
+            _take_views(m)
+
+
+def _take_views(g: Group) -> None:
+    """Views between members (``view(mm_a)`` read by an epilogue op that came from the other
+    group) become members, so the kernel computes through them instead of reading HBM."""
+    for n in list(g.nodes):
+        for a in n.all_input_nodes:
+            chain = []
+            while a not in g.members and a.op == "call_function" and a.target in VIEWS:
+                chain.append(a)
+                a = a.args[0]
+            if chain and a in g.members:
+                g.nodes.extend(chain)
+                g.members.update(chain)
