@@ -16,6 +16,8 @@ be 512 elements where the separate pass reads whole rows in large chunks.
 """
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import torch
 
@@ -89,13 +91,49 @@ def _sibling_gemm(p, m: Group, f: Group) -> bool:
     return not any(s != id(m) and nx.has_path(dag, s, id(m)) for s in dag.successors(id(f)))
 
 
+def _row_reducer(p, m: Group, f: Group) -> bool:
+    """Fused group ``f`` reduces rows of matmul group ``m``'s output (an RMSNorm after a projection
+    and residual add) and those rows fit one PSUM bank: ``m`` runs inside ``f``'s row loop
+    (``lowering/matmul_rows.py``)."""
+    if f.kind != "fused" or len(f.reduce_axes) != 1 or len(m.domain) != 2:
+        return False
+    (ax,) = f.reduce_axes
+    M, N = m.domain
+    if ax != len(f.domain) - 1 or f.domain[-1] != N or math.prod(f.domain) != M * N or \
+            N > common_limit("matmul_n_max"):
+        return False
+    am = _anchors(m)
+    if len(am) != 1 or am[0].target is not aten.mm.default:
+        return False
+    reads_m = False
+    for n in f.nodes:
+        if n.target is aten.copy_.default:
+            return False
+        for a in n.all_input_nodes:
+            if a not in f.members and view_root(a) in m.members:
+                if not p._reaches_in_order(m, a):
+                    return False
+                reads_m = True
+    if not reads_m or any(view_root(x) in f.members for x in am[0].args[:2]):
+        return False
+    if any(n.target not in VIEWS and n is not am[0] and not p._compatible(f, n) for n in m.nodes):
+        return False
+    dag = p.dag
+    if nx.has_path(dag, id(f), id(m)):
+        return False
+    return not any(s != id(f) and nx.has_path(dag, s, id(f)) for s in dag.successors(id(m)))
+
+
 def absorb_into_epilogues(p) -> None:
     """Fold every absorbable fused group into the matmul group whose output it reads (``p``: the
     partitioner, whose groups, ``group_of`` and group DAG are updated in place)."""
     for m in [g for g in p.groups if g.kind == "matmul"]:
         for f in list(p.groups):
-            if f is m or f not in p.groups or m not in p.groups or \
-                    not (_absorbable(p, m, f) or _sibling_gemm(p, m, f)):
+            if f is m or f not in p.groups or m not in p.groups:
+                continue
+            if _row_reducer(p, m, f):
+                m.domain, m.reduce_axes, m.col_axes = f.domain, f.reduce_axes, f.col_axes
+            elif not (_absorbable(p, m, f) or _sibling_gemm(p, m, f)):
                 continue
             m.nodes.extend(f.nodes)
             m.members |= set(f.nodes)

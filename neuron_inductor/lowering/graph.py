@@ -24,6 +24,7 @@ from .fused import Source, lower_fused
 from .groups import Group, unmerge, val, view_root
 from .layout import LoweringError, hw_dtype, meta_of, word_scale
 from .matmul_multi import lower_matmul_multi, mm_anchors
+from .matmul_rows import lower_matmul_rows
 from .registry import KERNELS, VIEWS, KernelContext, find_lowering, takes_epilogue
 from .user_kernel import emit_user_kernel, is_user_kernel_node
 
@@ -299,6 +300,8 @@ class GraphLowering:
             lower_fused(g, sources, kb, out_tensors, out_meta, self.cfg.free_chunk)
         elif g.kind == "matmul" and len(mm_anchors(g)) > 1:  # sibling GEMMs sharing an epilogue
             lower_matmul_multi(g, sources, kb, out_tensors, out_meta, self.cfg)
+        elif g.kind == "matmul" and g.reduce_axes:  # a GEMM inside a row-reducing fused kernel
+            lower_matmul_rows(g, sources, kb, out_tensors, out_meta, self.cfg)
         else:  # a kernel of its own, or one with an epilogue (matmul): through the registry
             n = next(m for m in g.nodes if m.target in KERNELS)
             find_lowering(n.target).lower(

@@ -86,55 +86,66 @@ def lower_matmul_multi(group: FusedGroup, sources: dict[fx.Node, Source], kb: Ke
                f"one epilogue of {n_epi} op(s); every rhs resident, row tiles of {PMAX} looped, one "
                f"PSUM bank per GEMM")
 
-    def row_major(src: Source, row_ax: int) -> bool:
-        """The operand's contraction axis is the contiguous one: rows are DMAed whole and
-        transposed on TensorE instead of read one element per descriptor."""
-        st = src.meta.stride
-        return st[1 - row_ax] == 1 and st[row_ax] != 1
-
-    rhsT = []
-    for m, K, nk in zip(mms, Ks, nks):
-        sb = sources[m.args[1]]
-        t = kb.tile((KMAX, nk * N), in_dt, prefix="rhsT")
-        if row_major(sb, 1) and N > 1:  # W^T of an nn.Linear: rows of W, transposed
-            for c in range(ceil_div(N, PMAX)):
-                nrows = min(PMAX, N - PMAX * c)
-                st = kb.tile((PMAX, K), in_dt, prefix="rhs_rows")
-                kb.dma(st.region(nrows, K), _operand(kb, sb, [], [], 1, 0, PMAX * c, nrows, 0, K))
-                _transposed(kb, st, nrows, K, t, lambda kk, c=c: kk * N + PMAX * c, in_dt, "scalar")
-                kb.release(st)
-        else:
-            with maybe_loop(kb, nk, "affine", "kr") as kk:
-                krows = ragged(K, KMAX, kk)
-                kb.dma(TileRegion(t, (0, kk * N), (krows, N)),
-                       _operand(kb, sb, [], [], 0, 1, KMAX * kk, krows, 0, N))
-        rhsT.append(t)
-
+    rhsT = [load_rhs(kb, sources[m.args[1]], K, N, in_dt) for m, K in zip(mms, Ks)]
     with maybe_loop(kb, ceil_div(M, PMAX), "affine", "mt") as mt:
         rows = ragged(M, PMAX, mt)
-        vals = {}
-        for m, K, nk, rt in zip(mms, Ks, nks, rhsT):
-            sa = sources[m.args[0]]
-            lhsT = kb.tile((KMAX, nk * PMAX), in_dt, prefix="lhsT")
-            if row_major(sa, 0) and M > 1:
-                st = kb.tile((PMAX, K), in_dt, prefix="lhs_rows")
-                kb.dma(st.region(rows, K), _operand(kb, sa, [], [], 0, 1, PMAX * mt, rows, 0, K))
-                _transposed(kb, st, rows, K, lhsT, lambda kk: kk * PMAX, in_dt, "vector")
-            else:
-                with maybe_loop(kb, nk, "affine", "kl") as kk:
-                    krows = ragged(K, KMAX, kk)
-                    kb.dma(TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
-                           _operand(kb, sa, [], [], 1, 0, KMAX * kk, krows, PMAX * mt, rows))
-            acc = kb.tile((PMAX, N), "float32", "psum", prefix="acc")
-            with maybe_loop(kb, nk, "affine", "k") as kk:
-                krows = ragged(K, KMAX, kk)
-                kb.instr("tensor", "nc_matmul", acc.region(rows, N),
-                         {"stationary": TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
-                          "moving": TileRegion(rt, (0, kk * N), (krows, N))},
-                         accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
-            res = kb.tile((PMAX, N), "float32", prefix="res")
-            kb.copy("vector", res.region(rows, N), acc.region(rows, N))
-            vals[m] = TVal("full", res.region(rows, N))
+        vals = {m: gemm_rows(kb, sources[m.args[0]], rt, K, N, PMAX * mt, rows, M, in_dt)
+                for m, K, rt in zip(mms, Ks, rhsT)}
         lw.at.ip, lw.at.rows, lw.at.fcv, lw.at.cols = mt, rows, sympy.Integer(0), sympy.Integer(N)
         lw.vals = vals
         lw.eval(accs={})
+
+
+def _row_major(src: Source, row_ax: int) -> bool:
+    """The operand's contraction axis is the contiguous one: rows are DMAed whole and transposed on
+    TensorE instead of read one element per descriptor."""
+    st = src.meta.stride
+    return st[1 - row_ax] == 1 and st[row_ax] != 1
+
+
+def load_rhs(kb: KernelBuilder, sb: Source, K: int, N: int, in_dt: str):
+    """The whole rhs [K, N] resident in SBUF as [128, k tiles x N] (contraction on partitions)."""
+    KMAX, PMAX = kb.target.matmul_k_max, kb.target.partitions
+    nk = ceil_div(K, KMAX)
+    t = kb.tile((KMAX, nk * N), in_dt, prefix="rhsT")
+    if _row_major(sb, 1) and N > 1:  # W^T of an nn.Linear: rows of W, transposed
+        for c in range(ceil_div(N, PMAX)):
+            nrows = min(PMAX, N - PMAX * c)
+            st = kb.tile((PMAX, K), in_dt, prefix="rhs_rows")
+            kb.dma(st.region(nrows, K), _operand(kb, sb, [], [], 1, 0, PMAX * c, nrows, 0, K))
+            _transposed(kb, st, nrows, K, t, lambda kk, c=c: kk * N + PMAX * c, in_dt, "scalar")
+            kb.release(st)
+    else:
+        with maybe_loop(kb, nk, "affine", "kr") as kk:
+            krows = ragged(K, KMAX, kk)
+            kb.dma(TileRegion(t, (0, kk * N), (krows, N)),
+                   _operand(kb, sb, [], [], 0, 1, KMAX * kk, krows, 0, N))
+    return t
+
+
+def gemm_rows(kb: KernelBuilder, sa: Source, rhsT, K: int, N: int, row0, rows, M: int,
+              in_dt: str) -> TVal:
+    """Rows [row0, +rows) of lhs @ rhs (rhs resident, see :func:`load_rhs`), accumulated over K in
+    one PSUM bank and evicted to an fp32 SBUF tile."""
+    KMAX, PMAX = kb.target.matmul_k_max, kb.target.partitions
+    nk = ceil_div(K, KMAX)
+    lhsT = kb.tile((KMAX, nk * PMAX), in_dt, prefix="lhsT")
+    if _row_major(sa, 0) and M > 1:
+        st = kb.tile((PMAX, K), in_dt, prefix="lhs_rows")
+        kb.dma(st.region(rows, K), _operand(kb, sa, [], [], 0, 1, row0, rows, 0, K))
+        _transposed(kb, st, rows, K, lhsT, lambda kk: kk * PMAX, in_dt, "vector")
+    else:
+        with maybe_loop(kb, nk, "affine", "kl") as kk:
+            krows = ragged(K, KMAX, kk)
+            kb.dma(TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
+                   _operand(kb, sa, [], [], 1, 0, KMAX * kk, krows, row0, rows))
+    acc = kb.tile((PMAX, N), "float32", "psum", prefix="acc")
+    with maybe_loop(kb, nk, "affine", "k") as kk:
+        krows = ragged(K, KMAX, kk)
+        kb.instr("tensor", "nc_matmul", acc.region(rows, N),
+                 {"stationary": TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
+                  "moving": TileRegion(rhsT, (0, kk * N), (krows, N))},
+                 accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
+    res = kb.tile((PMAX, N), "float32", prefix="res")
+    kb.copy("vector", res.region(rows, N), acc.region(rows, N))
+    return TVal("full", res.region(rows, N))
