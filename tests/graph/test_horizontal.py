@@ -1,7 +1,8 @@
 """Horizontal fusion (graph/horizontal.py): independent groups reading one tensor launch as one kernel.
 A linear layer's backward (dW = dY^T X and dX = dY W) is one launch, exact against eager; groups
 where one reads the other's output stay apart; the plain-torch transformer block's training step
-launches 18 kernels (26 before sibling GEMMs, epilogue absorption and horizontal fusion)."""
+launches 16 kernels (26 before sibling GEMMs, epilogue absorption, GEMMs in row loops and horizontal
+fusion)."""
 from __future__ import annotations
 
 import sys
@@ -63,7 +64,7 @@ def test_transformer_block_step_launches():
     out.sum().backward()
     got = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
     assert not stats.fallback_ops()
-    assert stats.compiled()["kernels_generated"] <= 18
+    assert stats.compiled()["kernels_generated"] <= 16
     x.grad = None
     model.zero_grad()
     model(x).sum().backward()
