@@ -68,6 +68,7 @@ def _sibling_gemm(p, m: Group, f: Group) -> bool:
     reads its result, as a second anchor (``lowering/matmul_multi.py``): one output domain of at
     most one PSUM bank of columns, neither GEMM reading the other's values."""
     if f.kind != "matmul" or f.parts or f.domain != m.domain or len(m.domain) != 2 or \
+            m.reduce_axes or f.reduce_axes or \
             m.domain[-1] > common_limit("matmul_n_max"):
         return False
     am, af = _anchors(m), _anchors(f)

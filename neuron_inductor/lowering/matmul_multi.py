@@ -59,6 +59,8 @@ def lower_matmul_multi(group: FusedGroup, sources: dict[fx.Node, Source], kb: Ke
     if len(shapes) != 1 or any(m.target is not aten.mm.default for m in mms):
         raise LoweringError("sibling GEMMs of different output shapes (or batched)")
     M, N = next(iter(shapes))
+    if group.reduce_axes or group.col_axes:
+        raise LoweringError("sibling GEMMs with reductions in their epilogue")
     if N > NMAX:
         raise LoweringError(f"sibling GEMMs of {N} columns (more than one PSUM bank)")
     dts = set()
