@@ -24,6 +24,10 @@ aten = torch.ops.aten
 PART_KINDS = ("matmul", "fused")
 #: parts per kernel: enough for a layer's backward GEMMs, small enough to keep kernels readable
 MAX_PARTS = 4
+#: output elements up to which a group joins a multi-part kernel: a launch costs microseconds, which
+#: matters beside small kernels only; large ones (a 7B layer's GEMMs) keep launches of their own, so
+#: the per-kernel profile stays one kernel per job
+MAX_PART_NUMEL = 1 << 20
 
 
 def _eligible(g: Group) -> bool:
@@ -31,7 +35,8 @@ def _eligible(g: Group) -> bool:
         return False
     if any(n.target is aten.copy_.default for n in g.nodes):  # a mutation orders against readers
         return False
-    return all(t.numel() > 0 for o in g.outputs for t in tensor_vals(o))
+    sizes = [t.numel() for o in g.outputs for t in tensor_vals(o)]
+    return all(n > 0 for n in sizes) and sum(sizes) <= MAX_PART_NUMEL
 
 
 def _inputs(g: Group) -> set[fx.Node]:
