@@ -31,6 +31,8 @@ from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node
                                  takes_epilogue)
 from ..ir import TensorMeta, contiguous_strides
 from .fusion_recompute import recompute_widening_casts
+from .epilogue_absorb import absorb_into_epilogues
+from .horizontal import merge_horizontal
 
 aten = torch.ops.aten
 
@@ -241,6 +243,7 @@ class Partitioner:
                 self._new("fused", n, domain=tuple(val(n).shape))
         if self.fusion:
             self._merge_siblings()
+            absorb_into_epilogues(self)
             recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible)
         self._outputs()
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
@@ -366,4 +369,5 @@ class Partitioner:
 
 
 def partition(gm: fx.GraphModule, fusion: bool = True) -> list[Group]:
-    return Partitioner(gm, fusion).run()
+    groups = Partitioner(gm, fusion).run()
+    return merge_horizontal(groups) if fusion else groups

@@ -95,10 +95,14 @@ def sbuf_peak(body: list) -> int:
 
 
 def _snapshot(kb: KernelBuilder) -> tuple:
-    return (copy_module.deepcopy(kb.names), dict(kb.params), list(kb.outputs), list(kb.body), kb.plan)
+    """The builder's state, taken in the block being emitted (the kernel's body, or the scope of one
+    part of a multi-part kernel)."""
+    return (copy_module.deepcopy(kb.names), dict(kb.params), list(kb.outputs), list(kb._blocks[-1]),
+            kb.plan, len(kb._blocks))
 
 
 def _restore(kb: KernelBuilder, snap: tuple) -> None:
-    kb.names, kb.params, kb.outputs, body, kb.plan = snap
-    kb.body[:] = body
-    kb._blocks, kb._pools = [kb.body], [{}]
+    kb.names, kb.params, kb.outputs, body, kb.plan, depth = snap
+    del kb._blocks[depth:], kb._pools[depth:]
+    kb._blocks[-1][:] = body
+    kb._pools[-1] = {}

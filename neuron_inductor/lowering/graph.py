@@ -23,6 +23,8 @@ from .builder import KernelBuilder
 from .fused import Source, lower_fused
 from .groups import Group, unmerge, val, view_root
 from .layout import LoweringError, hw_dtype, meta_of, word_scale
+from .matmul_multi import lower_matmul_multi, mm_anchors
+from .matmul_rows import lower_matmul_rows
 from .registry import KERNELS, VIEWS, KernelContext, find_lowering, takes_epilogue
 from .user_kernel import emit_user_kernel, is_user_kernel_node
 
@@ -236,12 +238,32 @@ class GraphLowering:
 
     # --- kernels -----------------------------------------------------------------------------
     def emit_kernel(self, g: Group) -> None:
-        outs = [o for o in g.outputs]
+        """One kernel launch for ``g``; a ``multi`` group (``graph/horizontal.py``) lowers each of its
+        independent parts in a scope of its own inside the one kernel."""
         real = [n for n in g.nodes if n.target not in VIEWS]
         base = re.sub(r"\W", "_", "_".join(dict.fromkeys(
             str(n.target).split(".")[1] if "." in str(n.target) else n.name for n in real[:3])))
         kb = KernelBuilder(f"k{self._n_kernels}_{base}", self.target)
         kb.provenance = [_describe(n) for n in g.nodes]
+        if g.kind == "multi":
+            parts, plans = [], []
+            for p in g.parts:
+                with kb.loop(1, "affine", "part"):
+                    part = self._lower_into(kb, p)
+                plans.append(kb.plan)
+                if part is not None:
+                    parts.append(part)
+            kb.plan = " | ".join(f"part {i}: {pl}" for i, pl in enumerate(plans))
+        else:
+            part = self._lower_into(kb, g)
+            parts = [part] if part is not None else []
+        if parts:
+            self._launch(kb, parts)
+
+    def _lower_into(self, kb: KernelBuilder, g: Group):
+        """Emit ``g``'s body into ``kb``: (the group's outputs, the ones given fresh buffers, their
+        layouts), or None when nothing leaves it (empty outputs are host ``Empty`` steps)."""
+        outs = [o for o in g.outputs]
         sources = {}
         for n in g.nodes:
             for a in n.all_input_nodes:
@@ -269,35 +291,45 @@ class GraphLowering:
             self.program.steps.append(Empty(name, TensorMeta(m.size, m.stride, 0, m.dtype)))
             self.host[o], self.host_meta[o] = name, TensorMeta(m.size, m.stride, 0, m.dtype)
         if not out_tensors:
-            return
+            return None
         if any(math_numel(val(a)) == 0 for a in sources if isinstance(val(a), torch.Tensor)):
             raise LoweringError("an operand has no elements (a kernel never takes an empty tensor)")
         if g.kind == "fused":
             if any(math_numel(val(n)) == 0 for n in g.nodes if isinstance(val(n), torch.Tensor)):
                 raise LoweringError("empty iteration domain")
             lower_fused(g, sources, kb, out_tensors, out_meta, self.cfg.free_chunk)
+        elif g.kind == "matmul" and len(mm_anchors(g)) > 1:  # sibling GEMMs sharing an epilogue
+            lower_matmul_multi(g, sources, kb, out_tensors, out_meta, self.cfg)
+        elif g.kind == "matmul" and g.reduce_axes:  # a GEMM inside a row-reducing fused kernel
+            lower_matmul_rows(g, sources, kb, out_tensors, out_meta, self.cfg)
         else:  # a kernel of its own, or one with an epilogue (matmul): through the registry
             n = next(m for m in g.nodes if m.target in KERNELS)
             find_lowering(n.target).lower(
                 KernelContext(n, g, sources, out_tensors, out_meta, kb, self.cfg, self.target))
+        return outs, results, out_meta
+
+    def _launch(self, kb: KernelBuilder, parts: list) -> None:
+        """Finish ``kb`` and append its launch; its outputs become host values."""
         kernel = kb.finish()  # the pipeline's verify stage checks it with the whole program
         self._n_kernels += 1
         args = [p.host_name for p in kernel.params]
-        names = []
-        for o in results:
-            name = self._fresh("buf")
-            names.append(name)
-            self.host[o] = name
-            self.host_meta[o] = out_meta[o]
-        # mutated inputs come back too; their host name stays the input's
+        names, metas = [], []
+        for outs, results, out_meta in parts:
+            for o in results:
+                name = self._fresh("buf")
+                names.append(name)
+                self.host[o] = name
+                self.host_meta[o] = out_meta[o]
+                metas.append(out_meta[o])
+            # mutated inputs come back too; their host name stays the input's
+            for o in outs:
+                if o.target is aten.copy_.default:
+                    root = view_root(o.args[0])
+                    self.host[o] = self.host[root]
+                    self.host_meta[o] = self.host_meta[root]
         inout = [p for p in kernel.params if p.kind == "inout"]
-        for o in outs:
-            if o.target is aten.copy_.default:
-                root = view_root(o.args[0])
-                self.host[o] = self.host[root]
-                self.host_meta[o] = self.host_meta[root]
         names += [self._fresh("_mut") for _ in inout]
-        metas = [out_meta[o] for o in results] + [self.host_meta_of(p.host_name) for p in inout]
+        metas += [self.host_meta_of(p.host_name) for p in inout]
         self.program.steps.append(KernelCall(kernel, args, names, metas))
 
     def host_meta_of(self, host: str) -> TensorMeta:
