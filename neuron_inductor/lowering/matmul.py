@@ -326,11 +326,16 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
     rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1
     resident = esz * (M * K + ceil_div(ceil_div(M, kb.target.partitions), bm) * K * N)
     p = kstream.plan(M, N, K, esz, lhs_tr, rhs_tr, budget, epi, resident)
-    if p is None:
+    whole_rhs = p is None and not lhs_tr and not rhs_tr and \
+        kstream.prefer_rhs_resident(M, N, K, esz, budget, epi, resident)
+    if p is None and not whole_rhs:
         return False
-    kb.plan += (f"; K streamed in chunks of {p.kc} k tiles into fp32 SBUF accumulators of every row tile "
-                f"x {p.nb} columns (rhs read once, lhs {ceil_div(N, p.nb)}x"
-                f"{', TensorE transposes' if lhs_tr or rhs_tr else ''})")
+    if whole_rhs:
+        kb.plan += f"; the whole rhs resident in SBUF, lhs^T streamed once in blocks of {kstream.RES_BLOCK} row tiles"
+    else:
+        kb.plan += (f"; K streamed in chunks of {p.kc} k tiles into fp32 SBUF accumulators of every row tile "
+                    f"x {p.nb} columns (rhs read once, lhs {ceil_div(N, p.nb)}x"
+                    f"{', TensorE transposes' if lhs_tr or rhs_tr else ''})")
     lw.tp = replace(lw.tp, fc=min(N, kb.target.matmul_n_max))
 
     def lhs_access(row0, rows, k0, kcols, transposed=False):
@@ -349,7 +354,15 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
         lw.vals = {mm: TVal("full", region)}
         lw.eval(accs={})
 
-    kstream.emit(kb, p, M, N, K, in_dt, lhs_tr, rhs_tr, lhs_access, rhs_access, epilogue)
+    def evict(ps, i, fcv) -> None:
+        res = kb.tile((kb.target.partitions, lw.tp.fc), "float32", prefix="res")
+        kb.copy("vector", res.region(kb.target.partitions, lw.tp.fc), ps.region(kb.target.partitions, lw.tp.fc))
+        epilogue(res.region(kb.target.partitions, lw.tp.fc), i, fcv)
+
+    if whole_rhs:
+        kstream.emit_rhs_resident(kb, M, N, K, in_dt, lhs_access, rhs_access, evict)
+    else:
+        kstream.emit(kb, p, M, N, K, in_dt, lhs_tr, rhs_tr, lhs_access, rhs_access, epilogue)
     return True
 
 

@@ -162,3 +162,55 @@ def _load_rhs(kb, rhs, nbw: int, nkc: int, k0, col0, in_dt: str, rhs_tr: bool, r
 
 
 
+
+
+# --- the whole rhs resident ------------------------------------------------------------------
+#: row tiles of lhs^T loaded per block: one DMA per k tile moves 8 x 128 contiguous elements per
+#: partition (2 KiB of bf16: not a small descriptor)
+RES_BLOCK = 8
+
+
+def prefer_rhs_resident(M: int, N: int, K: int, esz: int, budget: int, epi: int, resident_traffic: int) -> bool:
+    """The whole rhs (``K x N``), a block of ``RES_BLOCK`` row tiles of lhs^T and one eviction's
+    epilogue tiles fit SBUF (aligned shapes only), and reading both operands once beats the
+    resident-lhs plan's ``resident_traffic`` by at least 10%."""
+    if M % 128 or K % 128 or N % 512 or 10 * (M * K + K * N) * esz > 9 * resident_traffic:
+        return False
+    nk = K // 128
+    return nk * N * esz + nk * RES_BLOCK * 128 * esz + epi + 2 * 512 * 4 <= budget
+
+
+def emit_rhs_resident(kb: KernelBuilder, M: int, N: int, K: int, in_dt: str, lhs_access: Callable,
+                      rhs_access: Callable, evict: Callable) -> None:
+    """Shallow-K GEMMs with many rows (a weight gradient ``dY^T @ X`` at K = tokens): the rhs is
+    loaded once and stays resident; lhs^T (K-major in HBM) streams once in blocks of row tiles, so
+    both operands are read once where blocks of lhs^T over all of K re-read the rhs per block.
+    ``evict(psum_region, row_tile, col_tile)`` copies one output tile out of PSUM and finishes it."""
+    P, NT = 128, 512
+    nm, nk = M // P, K // P
+    rhs = kb.tile((P, nk * N), in_dt, prefix="wrhs")
+    for kk in range(nk):
+        kb.dma(TileRegion(rhs, (0, kk * N), (P, N)), rhs_access(kk * P, P, 0, N))
+
+    def block(m0, nbt: int) -> None:
+        lhsT = kb.tile((P, nk * nbt * P), in_dt, prefix="wlhsT")
+        for kk in range(nk):
+            kb.dma(TileRegion(lhsT, (0, kk * nbt * P), (P, nbt * P)),
+                   lhs_access(m0 * P, nbt * P, kk * P, P, transposed=True))
+        with maybe_loop(kb, nbt, "affine", "wm") as i:
+            with maybe_loop(kb, N // NT, "affine", "wn") as c:
+                ps = kb.tile((P, NT), "float32", "psum", prefix="wps")
+                for kk in range(nk):
+                    kb.instr("tensor", "nc_matmul", ps.region(P, NT),
+                             {"stationary": TileRegion(lhsT, (0, (kk * nbt + i) * P), (P, P)),
+                              "moving": TileRegion(rhs, (0, kk * N + c * NT), (P, NT))},
+                             accumulate=kk > 0)
+                evict(ps, m0 + i, c)
+
+    full, tail = divmod(nm, RES_BLOCK)
+    if full:
+        with maybe_loop(kb, full, "affine", "wb") as mb:
+            block(mb * RES_BLOCK, RES_BLOCK)
+    if tail:
+        with kb.loop(1, "affine", "wt"):
+            block(sympy.Integer(full * RES_BLOCK), tail)
