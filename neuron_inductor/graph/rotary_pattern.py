@@ -15,7 +15,7 @@ import operator
 import torch
 from torch import fx
 
-from ..lowering.rotary import ROTARY, supported
+from ..lowering.rotary import ROTARY, ROTARY_CAT, supported
 
 aten = torch.ops.aten
 
@@ -97,6 +97,47 @@ def _backward(add: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
     return None
 
 
+def _zeros(n) -> bool:
+    return _is(n, aten.full.default) and n.args[1] == 0
+
+
+def _scatter_half(n, which: int) -> fx.Node | None:
+    """``n`` is ``slice_scatter(zeros, v, -1, start, end)`` into half ``which`` of the last axis: v."""
+    if not _is(n, aten.slice_scatter.default) or not _zeros(n.args[0]):
+        return None
+    v, z = _val(n), _val(n.args[1])
+    if v is None or z is None:
+        return None
+    args = list(n.args[2:]) + [None] * 3
+    dim, start, end = args[0] if args[0] is not None else 0, args[1] or 0, args[2]
+    half = v.shape[-1] // 2
+    end = v.shape[-1] if end is None else min(end, v.shape[-1])
+    if dim % v.dim() != v.dim() - 1 or (start, end) != ((0, half) if which == 0 else (half, v.shape[-1])):
+        return None
+    return n.args[1]
+
+
+def _backward_scatter(add: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
+    """(g, cos, sin) of the gradient through slices (``rotate_half`` written with ``x[..., :n]``):
+    ``mul(g, cos) + (slice_scatter(0, y[..., n:], :n) + slice_scatter(0, -y[..., :n], n:))``."""
+    for m1, s in (add.args, add.args[::-1]):
+        if not _is(m1, aten.mul.Tensor) or not _is(s, aten.add.Tensor) or len(s.args) != 2:
+            continue
+        for a, b in (s.args, s.args[::-1]):
+            lo, hi = _scatter_half(a, 0), _scatter_half(b, 1)
+            if lo is None or hi is None or not _is(hi, aten.neg.default) or \
+                    not _is(lo, aten.slice.Tensor, aten.as_strided.default):
+                continue
+            y = lo.args[0]
+            if not _half_of(lo, y, 1) or not _half_of(hi.args[0], y, 0):
+                continue
+            for g, cos in (m1.args, m1.args[::-1]):
+                sin = _mul_with(y, g)
+                if isinstance(g, fx.Node) and isinstance(cos, fx.Node) and sin is not None:
+                    return g, cos, sin
+    return None
+
+
 def rotary_to_kernel(gm: fx.GraphModule) -> None:
     """Replace the matched rotary forward / backward ``add`` nodes with ``neuron_inductor::rotary``
     calls, one per (cos, sin, direction) for every match whose input exists at the first match (q and
@@ -109,7 +150,7 @@ def rotary_to_kernel(gm: fx.GraphModule) -> None:
     for node in list(g.nodes):
         if not _is(node, aten.add.Tensor) or len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
             continue
-        for backward, match in ((False, _forward), (True, _backward)):
+        for backward, match in ((False, _forward), (True, _backward), (True, _backward_scatter)):
             m = match(node)
             if m is None:
                 continue
@@ -139,3 +180,66 @@ def rotary_to_kernel(gm: fx.GraphModule) -> None:
             for item, (add, _) in zip(items, call_nodes):
                 add.replace_all_uses_with(item)
                 g.erase_node(add)
+
+
+def _piece(p) -> tuple[fx.Node, int, tuple[int, ...]] | None:
+    """(source, u, perm) of a cat piece ``permute(unsqueeze(source, u), perm)``."""
+    if not _is(p, aten.permute.default) or not _is(p.args[0], aten.unsqueeze.default):
+        return None
+    un = p.args[0]
+    src = un.args[0]
+    sv = _val(src)
+    if sv is None or len(p.users) != 1 or len(un.users) != 1:
+        return None
+    u = un.args[1] % (sv.dim() + 1)
+    perm = tuple(int(d) % (sv.dim() + 1) for d in p.args[1])
+    return src, u, perm
+
+
+def rotary_into_cat(gm: fx.GraphModule) -> None:
+    """A ``cat`` whose pieces are (unsqueezed, permuted) results of one rotary call, followed by
+    tensors of the same shape (the backward's ``cat(dq, dk, dv)`` feeding the QKV weight gradient),
+    becomes one ``neuron_inductor::rotary_cat``: each rotated piece is written straight into its slot
+    instead of round-tripping through HBM before a copy kernel."""
+    if not gm.meta.get("fusion", True):
+        return
+    g = gm.graph
+    g.eliminate_dead_code()  # the earlier rewrites leave dead readers of the pieces behind
+    for node in list(g.nodes):
+        if not _is(node, aten.cat.default) or not isinstance(node.args[0], (list, tuple)):
+            continue
+        v = _val(node)
+        pieces = [_piece(p) for p in node.args[0]]
+        if v is None or not v.is_contiguous() or any(p is None for p in pieces):
+            continue
+        if len({(u, perm) for _, u, perm in pieces}) != 1:
+            continue
+        srcs = [s for s, _, _ in pieces]
+        # the leading pieces: results of rotary calls sharing (cos, sin, direction), each used only
+        # here, every result of each call among them; the rest are passed through unchanged
+        n_rot = 0
+        while n_rot < len(srcs) and isinstance(srcs[n_rot], fx.Node) and \
+                srcs[n_rot].target is operator.getitem and _is(srcs[n_rot].args[0], ROTARY):
+            n_rot += 1
+        lead, rest = srcs[:n_rot], srcs[n_rot:]
+        calls = list(dict.fromkeys(s.args[0] for s in lead))
+        if not calls or len({tuple(c.args[1:]) for c in calls}) != 1 or \
+                any(len(s.users) != 1 for s in lead) or \
+                sum(len(c.args[0]) for c in calls) != n_rot or \
+                any(len(c.users) != len(c.args[0]) for c in calls) or \
+                len({(id(s.args[0]), s.args[1]) for s in lead}) != n_rot:
+            continue
+        _, cos, sin, backward = calls[0].args
+        xs = [s.args[0].args[0][s.args[1]] for s in lead]
+        shape = tuple(_val(xs[0]).shape)
+        if any(_val(s) is None or tuple(_val(s).shape) != shape or _val(s).dtype != _val(xs[0]).dtype
+               for s in rest):
+            continue
+        _, u, perm = pieces[0]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        with g.inserting_before(node):
+            call = g.call_function(ROTARY_CAT, (xs + list(rest), n_rot, cos, sin, backward, u,
+                                                list(perm), dim % v.dim()))
+        call.meta["val"] = v
+        node.replace_all_uses_with(call)
+        g.erase_node(node)

@@ -19,6 +19,7 @@ the fused elementwise kernels.
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 
 import torch
 import torch.fx as fx
@@ -27,7 +28,7 @@ from ..ir import HBMAccess, TileRegion
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, broadcast_strides, hw_dtype
 from .loops import maybe_loop, ragged
-from .regions import output_region, source_region
+from .regions import LRegion, output_region, source_region
 from .registry import register_kernel
 
 #: free-axis elements of one x tile (heads x D); fp32 intermediates of this width fit SBUF easily
@@ -55,6 +56,24 @@ def _(xs, cos, sin, backward):
 
 
 ROTARY = torch.ops.neuron_inductor.rotary.default
+
+
+@torch.library.custom_op("neuron_inductor::rotary_cat", mutates_args=())
+def rotary_cat(xs: list[torch.Tensor], n_rot: int, cos: torch.Tensor, sin: torch.Tensor, backward: bool,
+               u: int, perm: list[int], dim: int) -> torch.Tensor:
+    """``cat([permute(unsqueeze(y_i, u), perm) ...], dim)`` with ``y_i = rotary(xs[i])`` for the first
+    ``n_rot`` inputs and ``xs[i]`` for the rest (the rotary backward feeding the dq/dk/dv concatenation)."""
+    rot = rotary(list(xs[:n_rot]), cos, sin, backward)
+    ys = list(rot) + list(xs[n_rot:])
+    return torch.cat([y.unsqueeze(u).permute(perm) for y in ys], dim).contiguous()
+
+
+@rotary_cat.register_fake
+def _(xs, n_rot, cos, sin, backward, u, perm, dim):
+    return torch.cat([x.unsqueeze(u).permute(perm) for x in xs], dim).contiguous()
+
+
+ROTARY_CAT = torch.ops.neuron_inductor.rotary_cat.default
 
 
 def table_axes(x_shape, table_shape, table_strides) -> list[int] | str:
@@ -118,19 +137,53 @@ def lower_rotary(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict
     the tables' row tiles for all of ``xs``."""
     xs, c_n, s_n, backward = n.args
     outs = {u.args[1]: u for u in n.users if u.target is operator.getitem and u in out_tensors}
-    P = kb.target.partitions
-    plans = []
+    items = []
     for i, x_n in enumerate(xs):
         if i not in outs:
             continue
         why = supported(x_n.meta["val"], c_n.meta["val"], s_n.meta["val"], outs[i].meta["val"])
         if why:
             raise LoweringError(f"rotary: {why}")
-        plans.append((x_n, outs[i]))
-    if not plans:
+        items.append((x_n, output_region(out_tensors, out_meta, outs[i]), True))
+    emit_rotary(kb, sources, items, c_n, s_n, bool(backward))
+
+
+@register_kernel(ROTARY_CAT)
+def lower_rotary_cat(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
+                     cfg) -> None:
+    """cat([permute(unsqueeze(y_i, u), perm)], dim) with y_i the rotary of xs[i] for i < n_rot and
+    xs[i] itself after: each piece is written straight into its slot of the concatenation."""
+    xs, n_rot, c_n, s_n, backward, u, perm, dim = n.args
+    out = output_region(out_tensors, out_meta, n)
+    items = []
+    for i, x_n in enumerate(xs):
+        items.append((x_n, piece_region(out, i, dim, u, perm), i < n_rot))
+    emit_rotary(kb, sources, items, c_n, s_n, bool(backward))
+
+
+def piece_region(out, i: int, dim: int, u: int, perm) -> LRegion:
+    """The slot of piece ``i`` of the concatenation along ``dim``, in the piece source's own axes:
+    the piece is ``permute(unsqueeze(src, u), perm)``, so its axis j is axis ``perm[j]`` of the
+    unsqueezed source."""
+    st_u = [0] * len(perm)
+    for j, pj in enumerate(perm):
+        st_u[pj] = out.strides[j]
+    sz_u = [0] * len(perm)
+    for j, pj in enumerate(perm):
+        sz_u[pj] = 1 if j == dim else out.sizes[j]
+    return replace(out, offset=out.offset + i * out.strides[dim],
+                   sizes=tuple(sz_u[:u] + sz_u[u + 1:]), strides=tuple(st_u[:u] + st_u[u + 1:]))
+
+
+def emit_rotary(kb: KernelBuilder, sources: dict, items: list, c_n: fx.Node, s_n: fx.Node,
+                backward: bool) -> None:
+    """The kernel body: ``items`` are (x node, output region, rotate?) of equal shapes; x is copied
+    unchanged where rotate is false."""
+    P = kb.target.partitions
+    if not items:
         raise LoweringError("rotary: no result is used")
-    sizes = list(plans[0][0].meta["val"].shape)
-    if any(list(x.meta["val"].shape) != sizes for x, _ in plans):
+    sizes = list(items[0][0].meta["val"].shape)
+    if any(list(x.meta["val"].shape) != sizes or list(o.sizes) != sizes for x, o, _ in items):
         raise LoweringError("rotary: inputs of different shapes")
     cr = source_region(kb, sources[c_n]).expand(sizes)
     sr = source_region(kb, sources[s_n]).expand(sizes)
@@ -138,14 +191,17 @@ def lower_rotary(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict
     D = sizes[-1]
     H = sizes[h] if h is not None else 1
     ks = []
-    for x_n, o_n in plans:
-        xr, out = source_region(kb, sources[x_n]), output_region(out_tensors, out_meta, o_n)
+    for x_n, out, rot in items:
+        xr = source_region(kb, sources[x_n])
+        if xr.strides[-1] != 1 or out.strides[-1] != 1 or xr.dtype != out.dtype:
+            raise LoweringError("rotary: last axis must be contiguous")
         # heads share a DMA row only where they are adjacent (stride D) in both x and the result
         adjacent = h is not None and xr.strides[h] == D and out.strides[h] == D
-        ks.append(_Kernel(kb, xr, out, sizes, r, h, _chunk(H, D) if adjacent else 1))
-    kb.plan = (f"rotary {'backward' if backward else 'forward'} of {len(ks)} tensor(s) {sizes}: rows axis "
-               f"{r} in tiles of {P}, {[k.hc for k in ks]} of {H} heads (axis {h}) x {D} on the free axis, "
-               f"outer axes {outer}; tables loaded once per row tile")
+        ks.append(_Kernel(kb, xr, out, sizes, r, h, _chunk(H, D) if adjacent else 1, rot))
+    kb.plan = (f"rotary {'backward' if backward else 'forward'} of {len(ks)} tensor(s) {sizes} "
+               f"({sum(k.rotate for k in ks)} rotated): rows axis {r} in tiles of {P}, {[k.hc for k in ks]} "
+               f"of {H} heads (axis {h}) x {D} on the free axis, outer axes {outer}; tables loaded once "
+               f"per row tile")
     regs = [cr, sr] + [reg for k in ks for reg in (k.xr, k.out)]
 
     def nest(i: int, offs: list) -> None:
@@ -157,7 +213,7 @@ def lower_rotary(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict
         with maybe_loop(kb, ceil_div(sizes[r], P), "affine", "r") as ir:
             o = [off + P * ir * reg.strides[r] for off, reg in zip(offs, regs)]
             rows = ragged(sizes[r], P, ir)
-            ct, ss = _tables(kb, cr, sr, o[0], o[1], rows, r, D, bool(backward))
+            ct, ss = _tables(kb, cr, sr, o[0], o[1], rows, r, D, backward)
             for j, k in enumerate(ks):
                 k.row_tile(rows, o[2 + 2 * j], o[3 + 2 * j], ct, ss)
 
@@ -183,8 +239,9 @@ def _tables(kb: KernelBuilder, cr, sr, off_c, off_s, rows, r: int, D: int, backw
 class _Kernel:
     """The emitter of one tensor of a rotary kernel (its regions and head chunking)."""
 
-    def __init__(self, kb: KernelBuilder, xr, out, sizes, r: int, h: int | None, hc: int) -> None:
-        self.kb, self.xr, self.out = kb, xr, out
+    def __init__(self, kb: KernelBuilder, xr, out, sizes, r: int, h: int | None, hc: int,
+                 rotate: bool = True) -> None:
+        self.kb, self.xr, self.out, self.rotate = kb, xr, out, rotate
         self.sizes, self.r, self.h, self.hc = sizes, r, h, hc
         self.D = sizes[-1]
         self.P = kb.target.partitions
@@ -208,6 +265,9 @@ class _Kernel:
         half = D // 2
         xt = kb.tile((P, W), self.dt, prefix="x")
         kb.dma(xt.region(rows, W), self._access(self.xr, off_x, rows))
+        if not self.rotate:  # a piece passed through unchanged
+            kb.dma(self._access(self.out, off_o, rows), xt.region(rows, W))
+            return
         acc = kb.tile((P, W), "float32", prefix="xc")
         pt = kb.tile((P, W), "float32", prefix="pt")
         for j in range(self.hc):
