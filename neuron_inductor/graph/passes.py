@@ -9,6 +9,7 @@ import torch.fx as fx
 
 from .cat_layout import cat_into_permuted_layout
 from .cat_select import cat_to_select
+from .rotary_pattern import rotary_into_cat, rotary_to_kernel
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
 from .wide_scalars import fold_wide_scalar_operands
@@ -181,8 +182,10 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
     fold_wide_scalar_operands,
     common_subexpression_elimination,
     masked_sum_to_cat,
+    rotary_to_kernel,
     cat_to_select,
     cat_into_permuted_layout,
+    rotary_into_cat,
     dead_code_elimination,
 ]
 

@@ -12,6 +12,7 @@ from . import scan  # noqa: F401  (cumsum, cumprod)
 from . import flip  # noqa: F401
 from . import repeat  # noqa: F401
 from . import shifts  # noqa: F401  (integer right shift)
+from . import rotary  # noqa: F401  (rotary embedding forward and backward)
 from .layout import LoweringError
 from .graph import FallbackError, LoweredGraph, lower_graph  # noqa: E402  (after the registrations)
 from .groups import Group

@@ -18,6 +18,7 @@ from ..config import Config
 from ..ir import HBMAccess, TileRegion
 from .builder import KernelBuilder, TVal, ceil_div
 from .fused import FusedEmitter, FusedGroup, Source
+from . import matmul_kstream as kstream
 from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
 from .loops import maybe_loop, ragged
@@ -159,6 +160,9 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     kb.plan += (f"; M blocked by {bm} tile(s) with lhs^T hoisted over K"
                 f"{' (TensorE transposes)' if lhs_tr else ''}, rhs{' transposed on TensorE' if rhs_tr else ''}"
                 f" reused by the block" + (f" in {CW}-column tiles, row tiles looped inside" if rhs_tr else ""))
+
+    if nb == 0 and _kstream(kb, lw, mm, sa, sb, ra, rb, M, N, K, in_dt, esz, bm, budget, 2 * epi * NMAX):
+        return
 
     def sub_rows(mt):
         return ragged(M, PMAX, mt)
@@ -312,6 +316,54 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                           cols if nw == 1 else cols_of(jn * nw + w))
 
     batch_loops(0, [])
+
+
+def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: Source, ra: int, rb: int,
+             M: int, N: int, K: int, in_dt: str, esz: int, bm: int, budget: int, epi: int) -> bool:
+    """Emit the K-streamed plan (``matmul_kstream``) when it moves fewer bytes than the resident-lhs
+    plan with M blocks of ``bm`` row tiles; False leaves the kernel to that plan."""
+    lhs_tr = sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1
+    rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1
+    resident = esz * (M * K + ceil_div(ceil_div(M, kb.target.partitions), bm) * K * N)
+    p = kstream.plan(M, N, K, esz, lhs_tr, rhs_tr, budget, epi, resident)
+    whole_rhs = p is None and not lhs_tr and not rhs_tr and \
+        kstream.prefer_rhs_resident(M, N, K, esz, budget, epi, resident)
+    if p is None and not whole_rhs:
+        return False
+    if whole_rhs:
+        kb.plan += f"; the whole rhs resident in SBUF, lhs^T streamed once in blocks of {kstream.RES_BLOCK} row tiles"
+    else:
+        kb.plan += (f"; K streamed in chunks of {p.kc} k tiles into fp32 SBUF accumulators of every row tile "
+                    f"x {p.nb} columns (rhs read once, lhs {ceil_div(N, p.nb)}x"
+                    f"{', TensorE transposes' if lhs_tr or rhs_tr else ''})")
+    lw.tp = replace(lw.tp, fc=min(N, kb.target.matmul_n_max))
+
+    def lhs_access(row0, rows, k0, kcols, transposed=False):
+        if transposed:
+            return _operand(kb, sa, [], [], ra - 1, ra - 2, k0, kcols, row0, rows)
+        return _operand(kb, sa, [], [], ra - 2, ra - 1, row0, rows, k0, kcols)
+
+    def rhs_access(k0, krows, col0, cols, transposed=False):
+        if transposed:
+            return _operand(kb, sb, [], [], rb - 1, rb - 2, col0, cols, k0, krows)
+        return _operand(kb, sb, [], [], rb - 2, rb - 1, k0, krows, col0, cols)
+
+    def epilogue(region: TileRegion, i, fcv) -> None:
+        lw.at.ip, lw.at.rows = i, sympy.Integer(kb.target.partitions)
+        lw.at.fcv, lw.at.cols = fcv, sympy.Integer(lw.tp.fc)
+        lw.vals = {mm: TVal("full", region)}
+        lw.eval(accs={})
+
+    def evict(ps, i, fcv) -> None:
+        res = kb.tile((kb.target.partitions, lw.tp.fc), "float32", prefix="res")
+        kb.copy("vector", res.region(kb.target.partitions, lw.tp.fc), ps.region(kb.target.partitions, lw.tp.fc))
+        epilogue(res.region(kb.target.partitions, lw.tp.fc), i, fcv)
+
+    if whole_rhs:
+        kstream.emit_rhs_resident(kb, M, N, K, in_dt, lhs_access, rhs_access, evict)
+    else:
+        kstream.emit(kb, p, M, N, K, in_dt, lhs_tr, rhs_tr, lhs_access, rhs_access, epilogue)
+    return True
 
 
 @register_lowering(aten.mm.default, aten.bmm.default, kind="kernel", epilogue=True)

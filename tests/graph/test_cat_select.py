@@ -37,7 +37,8 @@ def _kernels(fn, shapes) -> list[str]:
 
 
 def test_rotary_forward_is_one_kernel():
-    # was neg, neg, cat, cat, mul_add: five kernels and four HBM round trips of q/k halves
+    # was neg, neg, cat, cat, mul_add: five kernels and four HBM round trips of q/k halves; q and k
+    # share one rotary kernel (graph.rotary_pattern)
     ks = _kernels(rotary, [(1, 4, 256, 64), (1, 4, 256, 64), (256, 64), (256, 64)])
     assert len(ks) == 1, ks
 
