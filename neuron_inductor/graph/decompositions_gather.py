@@ -12,8 +12,10 @@ first narrow ``x`` to that part, then either
   ``x`` (bit-exact at any magnitude, and the result keeps ``x``'s dtype).
 
 ``scatter_add(x, dim, index, src)`` is the transpose: a masked sum over the index positions adds
-``src`` into a zero block the size of the addressed part of ``x``, padded back to ``x``'s shape.
-Repeated indices add up, as in torch.
+``src`` into a zero block the size of the addressed part of ``x``, padded back to ``x``'s shape;
+above the compare limit, an index broadcast over some dims (one distance table for every batch row
+and head) becomes a one-hot matrix of its distinct part times ``src`` (a batched matmul). Repeated
+indices add up, as in torch.
 """
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ import torch
 aten = torch.ops.aten
 
 #: compare size (index elements x length of the gathered axis) up to which a gather or scatter_add
-#: is a compare + masked sum; wider gathers move single elements, wider scatter_adds fall back
+#: is a compare + masked sum; wider gathers move single elements, wider scatter_adds are a one-hot
+#: matmul when the index is broadcast over some dims (``_shared_index_scatter_add``), else fall back
 COMPARE_LIMIT = 1 << 20
+#: elements of the one-hot matrix a broadcast-index scatter_add materialises (16 MiB in fp32)
+ONEHOT_LIMIT = 1 << 22
 
 
 def _narrow_to(x: torch.Tensor, shape, skip: int) -> torch.Tensor:
@@ -104,15 +109,18 @@ def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
         return NotImplemented
     d = dim % x.dim()
     n = x.shape[d]
-    if index.numel() * n > COMPARE_LIMIT:
-        return NotImplemented
     src = _narrow_to(src, index.shape, -1)
-    il, sl = _to_last(index, d), _to_last(src, d)
-    iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
-    hit = aten.eq.Tensor(aten.unsqueeze.default(il, -1), iota)                 # [..., m, n]
-    vals = aten.where.self(hit, aten.unsqueeze.default(sl, -1),
-                           aten.scalar_tensor.default(0, dtype=src.dtype))
-    upd = _from_last(aten.sum.dim_IntList(vals, [-2]), d)                      # x's shape, led part
+    if index.numel() * n <= COMPARE_LIMIT:
+        il, sl = _to_last(index, d), _to_last(src, d)
+        iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
+        hit = aten.eq.Tensor(aten.unsqueeze.default(il, -1), iota)             # [..., m, n]
+        vals = aten.where.self(hit, aten.unsqueeze.default(sl, -1),
+                               aten.scalar_tensor.default(0, dtype=src.dtype))
+        upd = _from_last(aten.sum.dim_IntList(vals, [-2]), d)                  # x's shape, led part
+    else:
+        upd = _shared_index_scatter_add(d, n, index, src)
+        if upd is NotImplemented:
+            return upd
     if upd.dtype != x.dtype:
         upd = aten._to_copy.default(upd, dtype=x.dtype)
     pad = []
@@ -121,6 +129,43 @@ def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
     if any(pad):
         upd = aten.constant_pad_nd.default(upd, pad, 0.0)
     return aten.add.Tensor(x, upd)
+
+
+def _shared_index_scatter_add(d: int, n: int, index: torch.Tensor, src: torch.Tensor):
+    """The scatter_add update ``upd[.., j, ..] = sum_m src[.., m, ..] * (index[.., m, ..] == j)``
+    when ``index`` is broadcast (stride 0) over some dims: a one-hot matrix built once from the
+    index's distinct part (up to ``ONEHOT_LIMIT`` elements), then a batched TensorE matmul that
+    applies it to every broadcast copy of ``src`` (the backward of a relative-position bias gathered
+    with one distance table for every batch row and head). Only the distinct part is compared: the
+    broadcast copies cost matmul work, not compares. Repeated indices add up in the matmul's sum."""
+    r = index.dim()
+    shared = [k for k in range(r) if k != d and index.shape[k] > 1 and index.stride()[k] == 0]
+    distinct = index
+    for k in shared:
+        distinct = aten.slice.Tensor(distinct, k, 0, 1)
+    if not shared or distinct.numel() * n > ONEHOT_LIMIT:
+        return NotImplemented
+    rest = [k for k in range(r) if k != d]                   # _to_last's leading dims, in order
+    own = [p for p, k in enumerate(rest) if k not in shared]
+    bcast = [p for p, k in enumerate(rest) if k in shared]
+    m = index.shape[d]
+    sl = aten.permute.default(_to_last(src, d), own + bcast + [r - 1])      # [own.., bcast.., m]
+    lead = [src.shape[rest[p]] for p in own]
+    wide = [src.shape[rest[p]] for p in bcast]
+    n_own, n_wide = 1, 1
+    for s in lead:
+        n_own *= s
+    for s in wide:
+        n_wide *= s
+    iota = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=src.device)
+    hit = aten.eq.Tensor(aten.unsqueeze.default(_to_last(distinct, d), -1), iota)   # [.., m, n]
+    onehot = aten._to_copy.default(aten.permute.default(hit, own + bcast + [r - 1, r]), dtype=src.dtype)
+    onehot = aten.reshape.default(onehot, [n_own, m, n])
+    upd = aten.bmm.default(aten.reshape.default(sl, [n_own, n_wide, m]), onehot)   # [own, bcast, n]
+    upd = aten.view.default(upd, lead + wide + [n])
+    order = own + bcast + [r - 1]
+    upd = aten.permute.default(upd, [order.index(p) for p in range(r)])
+    return _from_last(upd, d)
 
 
 #: index positions along ``dim`` up to which a ``scatter`` is a chain of compare-and-selects (one

@@ -97,3 +97,41 @@ def test_scatter_add_any_axis_bf16(dim):
     idx = torch.randint(0, x.shape[dim], (4, 130, 6), generator=torch.Generator().manual_seed(2))
     check_no_fallback(lambda x, i, s: x.scatter_add(dim, i, s), x, idx,
                       torch.randn(4, 130, 6).to(torch.bfloat16), grad=False)
+
+
+@pytest.mark.parametrize("dim, xshape, small, big", [
+    (-1, (2, 4, 40, 16), (1, 1, 40, 50), (2, 4, 40, 50)),    # one distance table for every row and head
+    (1, (3, 16, 5, 4), (1, 30, 5, 1), (3, 30, 5, 4)),        # scattered axis in the middle, two shared
+    (0, (16, 6, 7), (40, 6, 1), (40, 6, 7)),                 # leading axis, no unshared dim but 6
+])
+def test_scatter_add_broadcast_index_is_a_onehot_matmul(dim, xshape, small, big, monkeypatch):
+    """An index broadcast over some dims (stride 0), too wide for the compare: the one-hot of its
+    distinct part times ``src`` (a batched matmul), repeated indices adding up; no host fallback."""
+    import neuron_inductor.graph.decompositions_gather as dg
+    monkeypatch.setattr(dg, "COMPARE_LIMIT", 64)  # the shapes stay small; the path is the wide one
+    gen = torch.Generator().manual_seed(3)
+    x, src = torch.randn(*xshape, generator=gen), torch.randn(*big, generator=gen)
+    idx = torch.randint(0, xshape[dim], small, generator=gen)
+
+    def fn(x, i, s):
+        return x.scatter_add(dim, i.expand(*big), s)
+    gm = make_fx(fn, decomposition_table=decomposition_table())(x, idx, src)
+    targets = {n.target for n in gm.graph.nodes}
+    assert torch.ops.aten.scatter_add.default not in targets
+    assert torch.ops.aten.bmm.default in targets
+    torch.testing.assert_close(gm(x, idx, src), fn(x, idx, src), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gm(x, idx.to(torch.int32), src), fn(x, idx, src), rtol=1e-5, atol=1e-5)
+
+
+def test_relative_bias_gather_backward_runs_on_device():
+    """A relative-position bias: per-head logits over distances gathered with one clamped distance
+    table broadcast over batch and heads. Its backward, a scatter_add of 2x4x64x128 index elements
+    into 64 distances (4x the compare limit), is a one-hot matmul, not a host fallback."""
+    gen = torch.Generator().manual_seed(4)
+    rel = torch.randn(2, 4, 64, 64, generator=gen)
+    pos = torch.arange(64)
+    dist = (pos[:, None] - torch.arange(128)[None, :] + 64).clamp(0, 63)
+
+    def fn(rel, d):
+        return rel.gather(-1, d.expand(2, 4, -1, -1)).sin()
+    check_no_fallback(fn, rel, dist)

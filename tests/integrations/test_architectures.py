@@ -292,3 +292,25 @@ def test_zero_hash_route_tables_get_distinct_experts() -> None:
     A._untie_hash_routes(router, torch.Generator().manual_seed(0))
     t = router.tid2eid
     assert t.min() >= 0 and t.max() < 4 and bool((t[:, 0] != t[:, 1]).all()) and t.unique().numel() == 4
+
+
+def test_pinned_rerun_passes_as_noise_only_when_every_failure_is_noise(monkeypatch) -> None:
+    """An MoE step whose failing bf16 gradients fail pinned as well is judged by the pinned error
+    spread: "bf16-noise" (ok*) only if the spread passes every one of them; a gradient that passed
+    by pinning alone still needs near-tie tokens; a pinned failure stays a failure."""
+    def rerun(noisy: set[str], grads: str | None):
+        def fake_check_train(*args, **kwargs):
+            A._PIN.__init__()
+            A._PIN.indices.append(torch.zeros(1, dtype=torch.long))
+            A._PIN.noisy |= noisy
+            out = {"fwd": None, "grads": grads, "pinned": "1 topk calls pinned, 0 near-tie tokens"}
+            if noisy:
+                out["bf16-noise"] = "grad a: spread ok"
+            return out
+        monkeypatch.setattr(A, "check_train", fake_check_train)
+        monkeypatch.setattr(A._PIN, "near_ties", lambda: 0)
+        return A._rerun_pinned(None, {}, "grad a wrong; grad b wrong", {"a", "b"})
+    passed = rerun({"a", "b"}, None)
+    assert passed["grads"] is None and "bf16-noise" in passed and "router-tie" not in passed
+    assert rerun({"a"}, None)["grads"] is not None  # b passed pinned only, and no near-tie token
+    assert rerun(set(), "grad a wrong")["grads"] is not None
