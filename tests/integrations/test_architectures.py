@@ -309,7 +309,8 @@ def test_pinned_rerun_passes_as_noise_only_when_every_failure_is_noise(monkeypat
             return out
         monkeypatch.setattr(A, "check_train", fake_check_train)
         monkeypatch.setattr(A._PIN, "near_ties", lambda: 0)
-        return A._rerun_pinned(None, {}, "grad a wrong; grad b wrong", {"a", "b"})
+        failed = {"fwd": None, "grads": "grad a wrong; grad b wrong"}
+        return A._rerun_pinned(None, {}, failed, {"a", "b"})
     passed = rerun({"a", "b"}, None)
     assert passed["grads"] is None and "bf16-noise" in passed and "router-tie" not in passed
     assert rerun({"a"}, None)["grads"] is not None  # b passed pinned only, and no near-tie token
