@@ -175,95 +175,10 @@ def _step(model: Any, batch: dict, compiled: bool, cache_dir: str | None) -> tup
     return out, grads
 
 
-class _RoutingPin:
-    """Routing decisions (``torch.topk`` indices) recorded in one run and replayed in others.
-
-    An MoE router's top-k choice is a discontinuous function of its scores: a token whose k-th
-    and (k+1)-th expert scores lie within bf16 rounding noise of each other (or tie exactly, and
-    torch leaves the order of tied ``topk`` values unspecified) may go to another expert in two
-    equally correct bf16 computations, and its expert gradients then differ by far more than
-    rounding. Pinning runs the fp32 reference with the real ``topk`` ("record") and the eager and
-    compiled bf16 steps with the recorded indices ("replay": values gathered from their own
-    scores), so all three route alike and the rest of the step is compared as usual. The
-    scores, the routing weights and their gradients are still computed by each run itself.
-
-    Inside :meth:`active`, a torch function mode (:class:`_PinMode`) sends every ``torch.topk`` and
-    ``Tensor.topk`` call to :func:`_pinned_topk` (routers use both spellings; patching the
-    ``Tensor`` method instead would make Dynamo run the replay on fake tensors). Dynamo inlines the
-    mode's handler, so the compiled graph takes the recorded indices as inputs."""
-
-    def __init__(self) -> None:
-        self.mode = "off"
-        self.indices: list[torch.Tensor] = []
-        self.n = 0
-        #: topk inputs seen by the eager runs, per call: (reference, bf16 eager)
-        self.scores: dict[str, list[torch.Tensor]] = {"record": [], "replay": []}
-        self.calls: list[tuple[int, int, bool]] = []  # (k, dim, largest) per recorded call
-        #: gradients a pinned rerun passed by their error spread (``check_train``)
-        self.noisy: set[str] = set()
-
-    def active(self, mode: str) -> "_RoutingPin":
-        self.mode, self.n = mode, 0
-        return self
-
-    def __enter__(self) -> "_RoutingPin":
-        self._mode = _PinMode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
-        if self.mode == "replay" and exc[0] is None and self.n != len(self.indices):
-            raise RuntimeError(f"routing pin: {self.n} topk calls replayed, {len(self.indices)} recorded")
-        self.mode = "off"
-
-    def near_ties(self) -> int:
-        """Tokens whose reference gap between the k-th and (k+1)-th score is within the bf16
-        noise of both runs: eager bf16's own largest score error (measured here) plus the
-        compiled one's, which the bf16 check allows to be BF16_FACTOR times larger. Only such
-        tokens can route differently in two correct bf16 runs."""
-        count = 0
-        for (k, dim, largest), ref, bf in zip(self.calls, self.scores["record"], self.scores["replay"]):
-            if k >= ref.shape[dim]:
-                continue
-            noise = float((bf - ref).abs().max())
-            top = ref.sort(dim=dim, descending=largest).values
-            gap = (top.narrow(dim, k - 1, 1) - top.narrow(dim, k, 1)).abs()
-            count += int((gap <= (1 + BF16_FACTOR) * noise).sum())
-        return count
-
-
-_TORCH_TOPK = torch.topk
-_PIN = _RoutingPin()
-_TOPKS = (torch.topk, torch.Tensor.topk)
-
-
-class _PinMode(torch.overrides.TorchFunctionMode):
-    """Routes ``torch.topk`` and ``Tensor.topk`` to :func:`_pinned_topk`; every other call runs as is."""
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if func in _TOPKS:
-            return _pinned_topk(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
-
-
-def _pinned_topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
-                 sorted: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.topk`` while a :class:`_RoutingPin` is active (see there)."""
-    pin = _PIN
-    if pin.mode == "record":
-        values, idx = _TORCH_TOPK(input, k, dim, largest, sorted)
-        pin.indices.append(idx.detach().clone())
-        pin.calls.append((k, dim, largest))
-        pin.scores["record"].append(input.detach().float().clone())
-        return torch.return_types.topk((values, idx))
-    if pin.mode != "replay":
-        return _TORCH_TOPK(input, k, dim, largest, sorted)
-    idx = pin.indices[pin.n]
-    pin.n += 1
-    if not torch.compiler.is_compiling():
-        pin.scores["replay"].append(input.detach().float().clone())
-    return torch.return_types.topk((torch.gather(input, dim, idx), idx))  # ``.indices`` works
+_rp = _sibling("routing_pin")
+_rp.RoutingPin.noise_factor = BF16_FACTOR   # near ties: within the noise the bf16 check allows
+_RoutingPin, _PIN, _TORCH_TOPK = _rp.RoutingPin, _rp.PIN, _rp.TORCH_TOPK
+_lowest_index_ties = _rp.lowest_index_ties
 
 
 def check_train(model: Any, batch: dict, dtype: str = "float32",
@@ -355,32 +270,6 @@ def _drop_zero_only(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> N
         if not bool(g.any()):
             a.pop(n, None)
             b.pop(n, None)
-
-
-@contextlib.contextmanager
-def _lowest_index_ties(seen: list[int]):
-    """``torch.topk`` and ``Tensor.topk`` returning tied values in increasing index order.
-
-    torch leaves the order of tied ``topk`` values unspecified (CPU returns its partial sort's
-    order), so when a tie straddles the k-th place two correct runs keep different entries. This
-    order (a stable sort) is one valid ``topk`` result, and it is the one the compiler documents
-    (graph/decompositions_select.py). ``seen`` collects, per call, the number of rows whose k-th and
-    (k+1)-th values tie exactly (finite)."""
-    saved = torch.topk, torch.Tensor.topk
-
-    def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
-             sorted: bool = True) -> Any:
-        v, i = torch.sort(input, dim=dim, descending=largest, stable=True)
-        if 0 < k < input.shape[dim]:
-            kth, nxt = v.narrow(dim, k - 1, 1), v.narrow(dim, k, 1)
-            seen.append(int(((kth == nxt) & torch.isfinite(kth)).sum()))
-        return torch.return_types.topk((v.narrow(dim, 0, k), i.narrow(dim, 0, k)))
-
-    torch.topk = torch.Tensor.topk = topk
-    try:
-        yield
-    finally:
-        torch.topk, torch.Tensor.topk = saved
 
 
 def _rerun_lowest_index_ties(model: Any, batch: dict, out_c: Any, got_grads: dict,
