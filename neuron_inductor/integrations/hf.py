@@ -92,9 +92,10 @@ def neuron_active() -> bool:
     return sys.modules.get("neuron_inductor.backend") is not None
 
 
-@functools.lru_cache(maxsize=None)
-def sliding_layer_class() -> type:
-    """transformers' ``StaticSlidingWindowLayer``, made shape- and guard-stable under our backend.
+def sliding_layer_class(base: type | None = None) -> type:
+    """transformers' ``StaticSlidingWindowLayer`` (or ``base``, one of its subclasses in
+    ``cache_utils`` such as the hybrid linear-attention + sliding-window layer), made shape- and
+    guard-stable under our backend.
 
     The stock layer keeps its fill level in a Python int (``cumulative_length_int``) that decides its
     branches and mask offsets, so Dynamo guards on its value and every decode step recompiles (past
@@ -106,9 +107,16 @@ def sliding_layer_class() -> type:
     sliding layer. The choice is made at the layer's first use (after generate compiled its forward);
     without our backend it is the stock layer, unchanged.
     """
-    from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+    from transformers.cache_utils import StaticSlidingWindowLayer
+    return _full_length_class(base or StaticSlidingWindowLayer)
 
-    class NeuronSlidingWindowLayer(StaticSlidingWindowLayer):
+
+@functools.lru_cache(maxsize=None)
+def _full_length_class(base: type) -> type:
+    """:func:`sliding_layer_class` for one ``base`` (cached: the registry needs a stable identity)."""
+    from transformers.cache_utils import StaticLayer
+
+    class NeuronSlidingWindowLayer(base):  # type: ignore[misc, valid-type]
         def __init__(self, max_cache_len: int, sliding_window: int, **kwargs: Any) -> None:
             super().__init__(max_cache_len=max_cache_len, sliding_window=sliding_window, **kwargs)
             self._total_len = max_cache_len
@@ -122,9 +130,10 @@ def sliding_layer_class() -> type:
                     self._is_croppable = True
             return self.full_length
 
-        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            self._decide()
-            super().lazy_initialization(key_states, value_states)
+        def lazy_initialization(self, *args: Any, **kwargs: Any) -> None:
+            if len(args) == 2 and not kwargs:  # the attention cache (key, value); a hybrid layer's
+                self._decide()                 # recurrent states come as keywords
+            super().lazy_initialization(*args, **kwargs)
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                    **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,7 +157,16 @@ def sliding_layer_class() -> type:
             else:
                 super().crop(tokens_to_remove)
 
+    NeuronSlidingWindowLayer.__name__ = NeuronSlidingWindowLayer.__qualname__ = f"Neuron{base.__name__}"
     return NeuronSlidingWindowLayer
+
+
+def _stock_sliding(cache_utils: Any, cls: Any) -> bool:
+    """Whether ``cls`` is transformers' own static sliding-window layer or a ``cache_utils`` subclass
+    of it (the layers whose Python-int fill level recompiles every decode step)."""
+    stock = getattr(cache_utils, "StaticSlidingWindowLayer", None)
+    return isinstance(cls, type) and stock is not None and issubclass(cls, stock) and \
+        cls.__module__ == cache_utils.__name__
 
 
 #: transformers' static-cache layer types that the stock sliding-window layer serves
@@ -157,25 +175,24 @@ SLIDING_LAYER_TYPES = ("sliding_attention", "chunked_attention")
 
 def install(cache_utils: Any = None) -> bool:
     """Make transformers build :func:`sliding_layer_class` layers for sliding-window and chunked
-    attention in every ``StaticCache`` (what ``generate(cache_implementation="static")`` uses).
+    attention (and the hybrid linear-attention + sliding-window layers, built on the same stock
+    layer) in every ``StaticCache`` (what ``generate(cache_implementation="static")`` uses).
 
     Uses transformers' layer-type registry (``STATIC_LAYER_TYPE_MAPPING``, the table its own
-    modeling files extend); replaces only entries that still hold the stock layer, so a user's
-    own registration wins. Idempotent; returns whether the registry now holds our layer. Runs
+    modeling files extend); replaces only entries that still hold a stock layer of ``cache_utils``,
+    so a user's own registration wins. Idempotent; returns whether the registry now holds our layer. Runs
     automatically when our backend module is imported after transformers, and on a Trainium host
     when ``transformers.cache_utils`` is imported (the ``torch.backends`` autoload hook).
     """
     if cache_utils is None:
         from transformers import cache_utils
     mapping = getattr(cache_utils, "STATIC_LAYER_TYPE_MAPPING", None)
-    stock = getattr(cache_utils, "StaticSlidingWindowLayer", None)
-    if mapping is None or stock is None:
+    if mapping is None or getattr(cache_utils, "StaticSlidingWindowLayer", None) is None:
         return False
-    ours = sliding_layer_class()
-    for kind in SLIDING_LAYER_TYPES:
-        if mapping.get(kind) is stock:
-            mapping[kind] = ours
-    return any(mapping.get(kind) is ours for kind in SLIDING_LAYER_TYPES)
+    for kind, cls in list(mapping.items()):
+        if _stock_sliding(cache_utils, cls):
+            mapping[kind] = sliding_layer_class(cls)
+    return any(mapping.get(kind) is sliding_layer_class() for kind in SLIDING_LAYER_TYPES)
 
 
 def install_if_loaded() -> None:
@@ -208,8 +225,7 @@ def warn_stock_sliding_recompiles() -> None:
         return
     cache_utils = sys.modules["transformers.cache_utils"]
     mapping = getattr(cache_utils, "STATIC_LAYER_TYPE_MAPPING", {})
-    stock = getattr(cache_utils, "StaticSlidingWindowLayer", None)
-    if stock is None or not any(mapping.get(k) is stock for k in SLIDING_LAYER_TYPES):
+    if not any(_stock_sliding(cache_utils, cls) for cls in mapping.values()):
         return
     _warned_recompiles[0] = True
     log.warning(
@@ -233,11 +249,11 @@ def static_cache(model: Any, max_cache_len: int) -> tuple[Any, bool]:
 
     install()
     cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
-    cls = sliding_layer_class()
     sliding = False
     for i, layer in enumerate(cache.layers):
         if type(layer) is StaticSlidingWindowLayer:
-            cache.layers[i] = cls(max_cache_len=max_cache_len, sliding_window=layer.max_cache_len)
+            cache.layers[i] = sliding_layer_class()(max_cache_len=max_cache_len,
+                                                    sliding_window=layer.max_cache_len)
         sliding = sliding or isinstance(layer, StaticSlidingWindowLayer)
     return cache, sliding
 

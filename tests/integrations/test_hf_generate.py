@@ -41,6 +41,23 @@ def test_registered_in_transformers():
     assert all(type(layer) is hf.sliding_layer_class() for layer in cache.layers)
 
 
+def test_hybrid_sliding_layers_keep_every_position(monkeypatch):
+    """The hybrid linear-attention + sliding-window layer (inkling's, zaya's ``hybrid_sliding``) is
+    built on the stock sliding layer and recompiled every decode step the same way: it is replaced
+    too, and under our backend it stores the whole cache length, not the window."""
+    from transformers.cache_utils import (STATIC_LAYER_TYPE_MAPPING,
+                                          LinearAttentionAndStaticSlidingWindowAttentionLayer as Stock)
+    assert hf.install()
+    cls = STATIC_LAYER_TYPE_MAPPING["hybrid_sliding"]
+    assert cls is hf.sliding_layer_class(Stock) and issubclass(cls, Stock)
+    monkeypatch.setattr(hf, "neuron_active", lambda: True)
+    layer = cls(max_cache_len=PROMPT + NEW, sliding_window=WINDOW)
+    k = torch.randn(1, 1, PROMPT, 8)
+    layer.update(k, k.clone())
+    assert layer.keys.shape[-2] == PROMPT + NEW
+    assert int(layer.get_seq_length()) == PROMPT
+
+
 @pytest.mark.parametrize("active", [False, True])
 def test_full_length_layer_matches_stock_eagerly(monkeypatch, active):
     """Storing every position and masking the window gives the stock rolling layer's results."""
