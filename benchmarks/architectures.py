@@ -137,6 +137,21 @@ def padded_batch(seq: int, side: str, seed: int = 1) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def to_bf16(model: Any) -> Any:
+    """``model`` in bfloat16 the way ``from_pretrained(..., dtype=torch.bfloat16)`` loads it: the
+    parameters and buffers its class lists in ``_keep_in_fp32_modules_strict`` stay float32 (routers
+    that compute in fp32 on purpose, e.g. inkling2's gate: cast whole, eager itself fails)."""
+    import re
+    model.to(torch.bfloat16)
+    keep = sorted(set(getattr(model, "_keep_in_fp32_modules_strict", None) or ()))
+    if keep:
+        pattern = re.compile(r"(^|\.)(" + "|".join(map(re.escape, keep)) + r")($|\.)")
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if t.is_floating_point() and pattern.search(name):
+                t.data = t.data.float()
+    return model
+
+
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     x, ref = x.detach().double(), ref.detach().double()
     return float((x - ref).norm() / ref.norm().clamp_min(1e-12))
@@ -201,7 +216,7 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
         _PIN.__init__()
     routing = _PIN.active if pin_routing else (lambda _mode: contextlib.nullcontext())
     if dtype == "bfloat16":
-        work = copy.deepcopy(model).to(torch.bfloat16)
+        work = to_bf16(copy.deepcopy(model))
         exact = copy.deepcopy(work).float()  # fp32 reference with the same (rounded) weights
         with routing("record"):
             ref, ref_grads = _step(exact, batch, False, None)
@@ -346,7 +361,7 @@ def error_spread(model: Any, batch: dict, names: list[str], draws: int = BF16_DR
             with torch.no_grad():
                 for p in base.parameters():
                     p.mul_(1 + (torch.rand(p.shape, generator=gen) * 2 - 1) * BF16_JITTER)
-        work = base.to(torch.bfloat16)
+        work = to_bf16(base)
         routing = _PIN.active if pin else (lambda _mode: contextlib.nullcontext())
         if pin:
             _PIN.__init__()

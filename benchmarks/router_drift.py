@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     score = torch.sigmoid if args.score == "sigmoid" else (lambda t: t.softmax(-1))
     model = A.build(args.arch)
     batch = A.padded_batch(args.seq, args.side)
-    work = copy.deepcopy(model).to(torch.bfloat16).train()
+    work = A.to_bf16(copy.deepcopy(model)).train()
     exact = copy.deepcopy(work).float()
     kw = dict(batch, output_router_logits=True)
     ref, eager, comp = exact(**kw), work(**kw), A._compile(work)(**kw)

@@ -247,8 +247,9 @@ class Partitioner:
             recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible)
         self._outputs()
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
-        for g in self.groups:
-            g.nodes.sort(key=order.__getitem__)
+        for g in self.groups:  # merged groups (and the parts an epilogue absorbed) run in graph order
+            for h in (g, *g.parts):
+                h.nodes.sort(key=order.__getitem__)
         return [self._by_id[i] for i in nx.topological_sort(self.dag)]
 
     def _readers(self, n: fx.Node) -> list[Group]:

@@ -315,3 +315,23 @@ def test_pinned_rerun_passes_as_noise_only_when_every_failure_is_noise(monkeypat
     assert passed["grads"] is None and "bf16-noise" in passed and "router-tie" not in passed
     assert rerun({"a"}, None)["grads"] is not None  # b passed pinned only, and no near-tie token
     assert rerun(set(), "grad a wrong")["grads"] is not None
+
+
+def test_bf16_cast_keeps_the_strict_fp32_modules() -> None:
+    """bf16 rows are built as ``from_pretrained(dtype=bfloat16)`` builds them: a class's
+    ``_keep_in_fp32_modules_strict`` stay float32 (inkling2's router computes in fp32 on purpose;
+    cast whole, eager itself fails), matched on whole name components only."""
+    class Block(torch.nn.Module):
+        _keep_in_fp32_modules_strict = ["mlp.gate.weight"]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.mlp = torch.nn.Module()
+            self.mlp.gate = torch.nn.Linear(4, 4)
+            self.mlp.up = torch.nn.Linear(4, 4)
+            self.other_mlp = torch.nn.Module()
+            self.other_mlp.gate = torch.nn.Linear(4, 4)
+
+    m = A.to_bf16(Block())
+    assert m.mlp.gate.weight.dtype == torch.float32
+    assert m.mlp.gate.bias.dtype == m.mlp.up.weight.dtype == m.other_mlp.gate.weight.dtype == torch.bfloat16
