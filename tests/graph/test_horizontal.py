@@ -70,3 +70,30 @@ def test_transformer_block_step_launches():
     model(x).sum().backward()
     for g, r in zip(got, [x.grad] + [p.grad for p in model.parameters()]):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+def test_absorbed_parts_are_returned_in_graph_order(monkeypatch):
+    """Lowering evaluates a group's (and each absorbed part's) nodes in list order, so partition
+    must return them in graph order whatever order merging left them in (a row-reduction part of
+    inkling2's backward once came out of order: a KeyError, the whole graph eager)."""
+    from neuron_inductor.graph import fusion
+    real = fusion.absorb_into_epilogues
+
+    def shuffled(p):
+        real(p)
+        for g in p.groups:
+            for part in g.parts:
+                part.nodes.reverse()
+    monkeypatch.setattr(fusion, "absorb_into_epilogues", shuffled)
+
+    def proj_norm(a, w, r, g):   # o-projection + residual + RMSNorm: the norm's row loop holds the GEMM
+        h = a @ w + r
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+    gm = run_passes(make_fx(proj_norm, tracing_mode="fake")(
+        torch.randn(300, 64), torch.randn(64, 96), torch.randn(300, 96), torch.randn(96)))
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    groups = partition(gm)
+    assert any(g.parts for g in groups)
+    for g in groups:
+        for h in (g, *g.parts):
+            assert [order[n] for n in h.nodes] == sorted(order[n] for n in h.nodes)
