@@ -83,12 +83,13 @@ def test_input_grad_with_epilogue_reads_w_few_times(k_dim, ratio):
     assert k.mfu >= 0.75
 
 
-def test_down_projection_with_residual_reads_w_three_times():
-    # x @ W^T + residual at K = 11008: W^T transposed on TensorE per M block; blocks of 6 + 6 + 4
-    # row tiles read W 3 times (2.07x minimum, 82% MFU; was 4 x 4: 2.60x, 78%)
+def test_down_projection_with_residual_reads_w_once():
+    # x @ W^T + residual at K = 11008: K streams through fp32 SBUF accumulators over every row tile
+    # (lowering/matmul_kstream.py), so W is read once and x twice: 1.27x minimum, 84% MFU (row
+    # blocks of 6 + 6 + 4 read W 3 times: 2.07x, 82%)
     k = modelled_cost(lambda x, w, r: r + x @ w.t(), [(2048, 11008), (4096, 11008), (2048, 4096)],
                       "trn2")
-    assert k.hbm_bytes <= 2.1 * k.min_hbm_bytes
+    assert k.hbm_bytes <= 1.3 * k.min_hbm_bytes
     assert k.mfu >= 0.80
 
 
