@@ -136,19 +136,7 @@ def absorb_into_epilogues(p) -> None:
                 m.domain, m.reduce_axes, m.col_axes = f.domain, f.reduce_axes, f.col_axes
             elif not (_absorbable(p, m, f) or _sibling_gemm(p, m, f)):
                 continue
-            m.nodes.extend(f.nodes)
-            m.members |= set(f.nodes)
-            m.parts.append(f)
-            for n in f.nodes:
-                p.group_of[n] = m
-            for q in list(p.dag.predecessors(id(f))):
-                if q != id(m):
-                    p.dag.add_edge(q, id(m))
-            for s in list(p.dag.successors(id(f))):
-                if s != id(m):
-                    p.dag.add_edge(id(m), s)
-            p.dag.remove_node(id(f))
-            p.groups.remove(f)
+            p.fold(m, f)
             _take_views(m)
 
 

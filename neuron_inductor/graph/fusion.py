@@ -319,8 +319,15 @@ class Partitioner:
         if not ok:
             host.reduce_axes, host.col_axes, host.members = saved
             return False
+        self.fold(host, other)
+        return True
+
+    def fold(self, host: Group, other: Group) -> None:
+        """Make ``other`` a part of ``host``: its nodes, its node-to-group entries and its DAG edges
+        move to ``host``, and ``other`` leaves the group list."""
         host.parts.append(other)
         host.nodes.extend(other.nodes)
+        host.members |= set(other.nodes)
         for m in other.nodes:
             self.group_of[m] = host
         for p in list(self.dag.predecessors(id(other))):
@@ -331,7 +338,6 @@ class Partitioner:
                 self.dag.add_edge(id(host), s)
         self.dag.remove_node(id(other))
         self.groups.remove(other)
-        return True
 
     def _merge_siblings(self) -> None:
         """Fold fused groups that read the same tensor into one, largest domain first: a norm's
