@@ -121,7 +121,7 @@ def step_figures(costs: ProgramCost, useful_flops: float, minimum_hbm: float, pe
 
 #: how each headline figure prints: label, format, unit
 _FIGURES = (("ms", "step time", "{:.1f}", " ms"), ("mfu", "MFU", "{:.1f}", "%"),
-            ("traffic", "HBM traffic", "{:.1f}", "x min"), ("kernels", "kernels", "{:.0f}", ""),
+            ("traffic", "HBM traffic", "{:.2f}", "x min"), ("kernels", "kernels", "{:.0f}", ""),
             ("small_dma", "DMA bytes <2KiB/part", "{:.0f}", "%"))
 
 

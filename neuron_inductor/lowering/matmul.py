@@ -18,6 +18,7 @@ from ..config import Config
 from ..ir import HBMAccess, TileRegion
 from .builder import KernelBuilder, TVal, ceil_div
 from .fused import FusedEmitter, FusedGroup, Source
+from . import matmul_epilogue as epi_hoist
 from . import matmul_kstream as kstream
 from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
@@ -99,6 +100,12 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     lhs_tr = sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1 and M > 1
     rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1 and N > 1
     budget = kb.target.sbuf_bytes_per_partition * 19 // 20
+    # row-invariant epilogue operands, read once into tiles the whole kernel keeps (the K-streamed
+    # plan keeps them per column block instead): the tile plans get the SBUF that is left
+    invariant = epi_hoist.row_invariant(lw)
+    whole = epi_hoist.sbuf_bytes(lw, invariant, N) if epi_hoist.worth_hoisting(kb, lw, invariant, N) else 0
+    hoisted: dict = {}
+    full_budget, budget = budget, budget - whole
     # rows staged for TensorE transposes are whole K rows (one contiguous DMA row per partition)
     KC = K
     # transposes gathered per PSUM bank (one eviction of 512 columns instead of four of 128)
@@ -161,8 +168,12 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                 f"{' (TensorE transposes)' if lhs_tr else ''}, rhs{' transposed on TensorE' if rhs_tr else ''}"
                 f" reused by the block" + (f" in {CW}-column tiles, row tiles looped inside" if rhs_tr else ""))
 
-    if nb == 0 and _kstream(kb, lw, mm, sa, sb, ra, rb, M, N, K, in_dt, esz, bm, budget, 2 * epi * NMAX):
+    if nb == 0 and _kstream(kb, lw, mm, sa, sb, ra, rb, M, N, K, in_dt, esz, bm, full_budget,
+                            2 * epi * NMAX, invariant, whole):
         return
+    if whole:
+        hoisted = epi_hoist.load(kb, lw, invariant, N)
+        kb.plan += f"; {len(hoisted)} row-invariant epilogue operand(s) loaded once"
 
     def sub_rows(mt):
         return ragged(M, PMAX, mt)
@@ -234,6 +245,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         resr = res.region(rows, cw)
         kb.copy("vector", resr, acc.region(rows, cw))
         lw.vals = {mm: TVal("full", resr)}
+        epi_hoist.bind(lw, hoisted)
         lw.eval(accs={})
 
     def columns_resident(lhsT, m0, nb: int, bvars, direct: bool) -> None:
@@ -319,15 +331,20 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
 
 
 def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: Source, ra: int, rb: int,
-             M: int, N: int, K: int, in_dt: str, esz: int, bm: int, budget: int, epi: int) -> bool:
+             M: int, N: int, K: int, in_dt: str, esz: int, bm: int, budget: int, epi: int,
+             invariant: dict, whole: int) -> bool:
     """Emit the K-streamed plan (``matmul_kstream``) when it moves fewer bytes than the resident-lhs
-    plan with M blocks of ``bm`` row tiles; False leaves the kernel to that plan."""
+    plan with M blocks of ``bm`` row tiles; False leaves the kernel to that plan. The epilogue's
+    row-invariant operands (``invariant``) are loaded once per column block, or once for the kernel
+    (``whole`` SBUF bytes per partition) with the whole rhs resident."""
     lhs_tr = sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1
     rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1
     resident = esz * (M * K + ceil_div(ceil_div(M, kb.target.partitions), bm) * K * N)
-    p = kstream.plan(M, N, K, esz, lhs_tr, rhs_tr, budget, epi, resident)
+    per_block = invariant and epi_hoist.worth_hoisting(kb, lw, invariant, max(kstream.WIDTHS))
+    col_bytes = epi_hoist.sbuf_bytes(lw, invariant, 1) if per_block else 0
+    p = kstream.plan(M, N, K, esz, lhs_tr, rhs_tr, budget, epi, resident, col_bytes)
     whole_rhs = p is None and not lhs_tr and not rhs_tr and \
-        kstream.prefer_rhs_resident(M, N, K, esz, budget, epi, resident)
+        kstream.prefer_rhs_resident(M, N, K, esz, budget, epi + whole, resident)
     if p is None and not whole_rhs:
         return False
     if whole_rhs:
@@ -348,10 +365,18 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
             return _operand(kb, sb, [], [], rb - 1, rb - 2, col0, cols, k0, krows)
         return _operand(kb, sb, [], [], rb - 2, rb - 1, k0, krows, col0, cols)
 
+    hoisted: dict = {}
+    base = [sympy.Integer(0)]  # output column of the hoisted tiles' first column
+
+    def prologue(col0, ncols: int) -> None:
+        hoisted.update(epi_hoist.load(kb, lw, invariant, ncols, col0))
+        base[0] = col0
+
     def epilogue(region: TileRegion, i, fcv) -> None:
         lw.at.ip, lw.at.rows = i, sympy.Integer(kb.target.partitions)
         lw.at.fcv, lw.at.cols = fcv, sympy.Integer(lw.tp.fc)
         lw.vals = {mm: TVal("full", region)}
+        epi_hoist.bind(lw, hoisted, base[0])
         lw.eval(accs={})
 
     def evict(ps, i, fcv) -> None:
@@ -360,9 +385,14 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
         epilogue(res.region(kb.target.partitions, lw.tp.fc), i, fcv)
 
     if whole_rhs:
+        if whole:
+            prologue(sympy.Integer(0), N)
         kstream.emit_rhs_resident(kb, M, N, K, in_dt, lhs_access, rhs_access, evict)
     else:
-        kstream.emit(kb, p, M, N, K, in_dt, lhs_tr, rhs_tr, lhs_access, rhs_access, epilogue)
+        kstream.emit(kb, p, M, N, K, in_dt, lhs_tr, rhs_tr, lhs_access, rhs_access, epilogue,
+                     prologue if per_block else None)
+    if hoisted:
+        kb.plan += f"; {len(hoisted)} row-invariant epilogue operand(s) loaded once per column block"
     return True
 
 

@@ -16,6 +16,7 @@ Chosen only when it moves fewer bytes and fits (``plan``); aligned shapes only (
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -48,17 +49,20 @@ def _chunk_bytes(kc: int, nb: int, nm: int, esz: int, lhs_tr: bool, rhs_tr: bool
         + (kc * 128 * esz if rhs_tr else 0)
 
 
-def sbuf_bytes(p: KStreamPlan, nm: int, nk: int, esz: int, lhs_tr: bool, rhs_tr: bool, epi: int) -> int:
+def sbuf_bytes(p: KStreamPlan, nm: int, nk: int, esz: int, lhs_tr: bool, rhs_tr: bool, epi: int,
+               col_bytes: int = 0) -> int:
     """Peak SBUF bytes per partition: the accumulators, a chunk's operand tiles, and the epilogue's
-    tiles (beside the last chunk's when inline, after the chunk loop otherwise)."""
+    tiles (``epi``, plus ``col_bytes`` per column of the block: its row-invariant operands), beside
+    the last chunk's when inline, after the chunk loop otherwise."""
     acc = nm * p.nb * 4
+    epi = epi + col_bytes * p.nb
     full = _chunk_bytes(p.kc, p.nb, nm, esz, lhs_tr, rhs_tr)
     last = _chunk_bytes(nk - (ceil_div(nk, p.kc) - 1) * p.kc, p.nb, nm, esz, lhs_tr, rhs_tr)
     return acc + (max(full, last + epi) if p.inline else max(full, epi))
 
 
 def plan(M: int, N: int, K: int, esz: int, lhs_tr: bool, rhs_tr: bool, budget: int, epi: int,
-         resident_traffic: int) -> KStreamPlan | None:
+         resident_traffic: int, col_bytes: int = 0) -> KStreamPlan | None:
     """The K-streamed plan moving the fewest bytes that fits ``budget`` and beats the resident-lhs
     plan's ``resident_traffic`` by at least 10%, or None."""
     if M % 128 or K % 128 or N % 512:
@@ -70,7 +74,8 @@ def plan(M: int, N: int, K: int, esz: int, lhs_tr: bool, rhs_tr: bool, budget: i
             continue
         nbw = min(nb, N)
         fits = [KStreamPlan(nbw, kc, inline) for kc in CHUNKS if kc <= nk for inline in (True, False)
-                if sbuf_bytes(KStreamPlan(nbw, kc, inline), nm, nk, esz, lhs_tr, rhs_tr, epi) <= budget]
+                if sbuf_bytes(KStreamPlan(nbw, kc, inline), nm, nk, esz, lhs_tr, rhs_tr, epi,
+                              col_bytes) <= budget]
         if fits and (best is None or fits[0].traffic(M, N, K, esz) < best.traffic(M, N, K, esz)):
             best = fits[0]
     if best is None or 10 * best.traffic(M, N, K, esz) > 9 * resident_traffic:
@@ -79,11 +84,13 @@ def plan(M: int, N: int, K: int, esz: int, lhs_tr: bool, rhs_tr: bool, budget: i
 
 
 def emit(kb: KernelBuilder, p: KStreamPlan, M: int, N: int, K: int, in_dt: str, lhs_tr: bool,
-         rhs_tr: bool, lhs_access: Callable, rhs_access: Callable, epilogue: Callable) -> None:
+         rhs_tr: bool, lhs_access: Callable, rhs_access: Callable, epilogue: Callable,
+         prologue: Callable | None = None) -> None:
     """The kernel body. ``lhs_access(row0, rows, k0, kcols)`` / ``rhs_access(k0, krows, col0, cols)``
     give HBM accesses of logical ``[rows, k]`` / ``[k, cols]`` blocks of the operands (transposed
     views when ``*_tr``: then their contiguous axis is K); ``epilogue(region, row_tile, col_tile)``
-    finishes one 128 x 512 output tile from its fp32 accumulator region."""
+    finishes one 128 x 512 output tile from its fp32 accumulator region. ``prologue(col0, cols)``
+    runs once per column block where its epilogues start (it loads what they all share)."""
     P, NT = 128, 512
     nm, nk = M // P, K // P
     nbw, kc = p.nb, p.kc
@@ -116,11 +123,17 @@ def emit(kb: KernelBuilder, p: KStreamPlan, M: int, N: int, K: int, in_dt: str, 
             with maybe_loop(kb, nch - 1, "affine", "kq") as q:
                 chunk(q * kc, kc, False)
         with kb.loop(1, "affine", "kt"):  # a scope of its own: its tiles are not live beside the loop's
+            if p.inline and prologue is not None:
+                prologue(jb * nbw, nbw)
             chunk(sympy.Integer((nch - 1) * kc), last, p.inline)
         if not p.inline:
-            with maybe_loop(kb, nm, "affine", "em") as i:
-                with maybe_loop(kb, nbw // NT, "affine", "en") as c:
-                    epilogue(TileRegion(acc, (0, i * nbw + c * NT), (P, NT)), i, jb * (nbw // NT) + c)
+            # the epilogue's shared tiles in a scope of their own: live beside its tiles only
+            with kb.loop(1, "affine", "ke") if prologue is not None else contextlib.nullcontext():
+                if prologue is not None:
+                    prologue(jb * nbw, nbw)
+                with maybe_loop(kb, nm, "affine", "em") as i:
+                    with maybe_loop(kb, nbw // NT, "affine", "en") as c:
+                        epilogue(TileRegion(acc, (0, i * nbw + c * NT), (P, NT)), i, jb * (nbw // NT) + c)
 
 
 def _transpose_into(kb: KernelBuilder, dst, dst_col, stage, nkc: int, in_dt: str, engine: str) -> None:

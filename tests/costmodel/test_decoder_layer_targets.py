@@ -1,8 +1,7 @@
 """The Llama-7B-shaped decoder layer (benchmarks/decoder_layer.py, default shape) against its modelled
 targets: traced as it runs, lowered, never executed, priced by the deterministic cost model (no
-timing). MFU >= 40% is the performance issue's target; the traffic, kernel-count and descriptor
-bounds are the figures reached (guards against regressions: the issue's <= 4x traffic is not yet
-quite met, 4.01x)."""
+timing). MFU >= 40% and HBM traffic <= 4x the layer's minimum are the performance issue's targets;
+the kernel-count and descriptor bounds are the figures reached (guards against regressions)."""
 from __future__ import annotations
 
 import importlib.util
@@ -41,12 +40,13 @@ def layer():
 def test_step_targets(layer):
     pc, figs = layer
     assert figs["mfu"] >= 40.0          # 78.7%; was 12.5% on meta tensors, 50.8% traced as it runs
-    # 4.01x the layer's minimum; was 5.05x with the rotary as a fused select (128-byte rows, x read
+    # 3.98x the layer's minimum; was 5.05x with the rotary as a fused select (128-byte rows, x read
     # three times), the backward's rotary + cat as three kernels and the K = 11008 / 12288 GEMMs
-    # reading their weight 3 times
-    assert figs["traffic"] <= 4.05
+    # reading their weight 3 times, 4.01x with the RMSNorm weight re-read per row tile in the
+    # epilogues of the backward's down / o-projection GEMMs
+    assert figs["traffic"] <= 4.0
     assert figs["kernels"] <= 24        # was 26
-    # 23%; was 44% (the rotary kernels' 128-byte rows, the deep-K GEMMs' 1 KiB rhs rows)
+    # 22%; was 44% (the rotary kernels' 128-byte rows, the deep-K GEMMs' 1 KiB rhs rows)
     assert pc.small_dma_share <= 0.30
 
 
