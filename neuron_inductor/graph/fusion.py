@@ -30,6 +30,7 @@ from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
                                  takes_epilogue)
 from ..ir import TensorMeta, contiguous_strides
+from . import axis_map
 from .fusion_recompute import recompute_widening_casts
 from .epilogue_absorb import absorb_into_epilogues
 from .horizontal import merge_horizontal
@@ -153,6 +154,11 @@ class Partitioner:
                       or self._after(g, a, axes, memo) for a in self._member_inputs(g, n))
         return memo[n]
 
+    def _aligned(self, g: Group, n: fx.Node) -> bool:
+        """``n`` reads every reduced-space value of ``g`` at the axes it stands for (axis_map)."""
+        return axis_map.aligned(n, g.members, lambda a: _through(a, g.kind == "fused"), g.domain,
+                                g.reduce_axes, reduction=n.target in REDUCTIONS)
+
     def _compatible(self, g: Group, n: fx.Node) -> bool:
         shape = list(val(n).shape)
         if g.kind == "matmul":
@@ -167,7 +173,7 @@ class Partitioner:
             if list(g.domain) != src or not dims or after_col:
                 return False
             if dims == g.reduce_axes:
-                return True
+                return self._aligned(g, n)
             if dims == col:
                 return _is_sum(n)
             if not g.reduce_axes and not col:
@@ -196,13 +202,14 @@ class Partitioner:
                 all(self._after(g, a, col, {}) or (a.target in REDUCTIONS and frozenset(
                     reduce_dims(a)[0]) == col) for a in self._member_inputs(g, n))
         if _fits(shape, g.domain):
-            return True
+            return self._aligned(g, n)
         if g.reduce_axes and shape in _reduced_shapes(g.domain, g.reduce_axes):
             # a value of the reduced space: lowering evaluates it after the reduction when it reads
             # one; otherwise it is read like any input, broadcast right-aligned over the domain,
             # which is only its place when the reduced axes lead ([513] in a [7, 513] sum over 0,
             # not [7, 513] in a [7, 7, 513] sum over 1)
-            return self._after(g, n, g.reduce_axes, {}) or _leads(shape, g.domain, g.reduce_axes)
+            return (self._after(g, n, g.reduce_axes, {}) or _leads(shape, g.domain, g.reduce_axes)) \
+                and self._aligned(g, n)
         return False
 
     def run(self) -> list[Group]:
@@ -316,6 +323,8 @@ class Partitioner:
                 ok = False
                 break
             host.members.add(m)
+        # host's own full-domain nodes were checked before other's reductions set its axes
+        ok = ok and all(self._aligned(host, m) for m in host.nodes + other.nodes if m.target not in VIEWS)
         if not ok:
             host.reduce_axes, host.col_axes, host.members = saved
             return False

@@ -40,7 +40,7 @@ def layer():
 def test_step_targets(layer):
     pc, figs = layer
     assert figs["mfu"] >= 40.0          # 78.7%; was 12.5% on meta tensors, 50.8% traced as it runs
-    # 3.98x the layer's minimum; was 5.05x with the rotary as a fused select (128-byte rows, x read
+    # 3.99x the layer's minimum; was 5.05x with the rotary as a fused select (128-byte rows, x read
     # three times), the backward's rotary + cat as three kernels and the K = 11008 / 12288 GEMMs
     # reading their weight 3 times, 4.01x with the RMSNorm weight re-read per row tile in the
     # epilogues of the backward's down / o-projection GEMMs

@@ -129,3 +129,25 @@ def test_gather_of_an_elementwise_value_beside_a_cast_and_a_linear():
         return F.linear(x1, x2, x3), torch.add(x1, v2, alpha=0.5), x0.to(torch.bfloat16).float()
     r = torch.randn
     check_no_fallback(fn, r(1, 3, 513), torch.randint(0, 3, (1, 3, 1)), r(1, 3, 1), r(3, 1), r(3))
+
+
+def test_reduced_value_broadcast_right_aligned_over_a_non_leading_reduced_axis():
+    """fuzz seed 700023: 3071 of 4617 outputs wrong. ``var(x, dim=-3)`` of a [3, 3, 1, 513] input is
+    [3, 1, 513]; added to x it broadcasts right-aligned, onto axes (1, 2, 3), but the fused kernel
+    read it at the kept axes (0, 2, 3). The add joined through a group merge, which re-checked only
+    the merged group's nodes, not the host's, against the reduction's axes; a reduced value moved by
+    views (``unsqueeze`` at another axis, ``expand``: the backward of ``x.sum(1) + x``) was read at
+    the kept axes too (graph/axis_map.py)."""
+    torch.manual_seed(700023)
+
+    def fn(x0):
+        return ((torch.var(-x0, dim=-3, correction=0) + x0).abs(),)
+    check_no_fallback(fn, torch.randn(3, 3, 1, 513))
+
+    def direct(x):  # the same read with the add joining the reduction's group directly
+        return (x.sum(1) * 0.5 + x, x.sum(0) + x)
+    check_no_fallback(direct, torch.randn(4, 4, 8))
+
+    def viewed(x):  # sum(0) as [4, 8], then unsqueezed at axis 1 and expanded: dims (1, 2) -> (0, 2)
+        return (x.sum(0).unsqueeze(1).expand(4, 4, 8) + x, x.sum(0, keepdim=True).expand(4, 4, 8) * x)
+    check_no_fallback(viewed, torch.randn(4, 4, 8))

@@ -1,0 +1,84 @@
+"""Which axis of a fused group's domain each dim of a reduced-space value stands for.
+
+A fused group with a reduction computes values of the reduced space ([3, 513] or [3, 1, 513] for a
+sum over axis 1 of a [3, 3, 513] domain) as tiles indexed by the domain's kept axes, and a reader
+anywhere in the group sees such a value at the kept axes of its own position. That is the value
+PyTorch means only when the reader's broadcast puts each dim of the value on the axis it came from:
+right-aligned broadcasting of [3, 513] over [3, 3, 513] puts its dims on axes (1, 2), not (0, 2),
+and a view chain (``view`` to the kept shape, ``unsqueeze`` at another axis, ``expand``) can move
+dims too. :func:`aligned` follows the chain from the member and compares. Dims of size 1 broadcast
+and never misplace a value; a view that merges or splits dims is not followed (the read is refused,
+which costs a fusion, never a wrong number).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import math
+
+import torch
+import torch.fx as fx
+
+from ..lowering.groups import val
+
+aten = torch.ops.aten
+Axes = list  # per dim: the domain axis it stands for, or None (a broadcast or unit dim)
+
+
+def _shape(n: fx.Node) -> list[int]:
+    return [int(s) for s in val(n).shape]
+
+
+def space_axes(shape: Sequence[int], domain: Sequence[int], reduce_axes: frozenset) -> Axes | None:
+    """The domain axis of each dim of a value of the group's own shapes: the domain itself or the
+    reduced shape with unit dims (identity), the reduced shape without them (the kept axes)."""
+    D = len(domain)
+    if len(shape) == D:
+        return list(range(D))
+    kept = [i for i in range(D) if i not in reduce_axes]
+    return kept if len(shape) == len(kept) else None
+
+
+def through_view(v: fx.Node, axes: Axes) -> Axes | None:
+    """``axes`` of ``v.args[0]`` carried through the view ``v``; None when ``v`` moves data between
+    dims (a reshape merging or splitting dims) and so is not followed."""
+    src, out = _shape(v.args[0]), _shape(v)
+    if v.target is aten.expand.default:
+        lead = len(out) - len(src)
+        return [None] * lead + [ax if src[i] == out[lead + i] else None for i, ax in enumerate(axes)]
+    kept = [(s, ax) for s, ax in zip(src, axes) if s != 1]
+    if [s for s in out if s != 1] != [s for s, _ in kept]:
+        return None
+    it = iter(kept)
+    return [None if s == 1 else next(it)[1] for s in out]
+
+
+def aligned(n: fx.Node, members: set, through: Callable[[fx.Node], bool], domain: Sequence[int],
+            reduce_axes: frozenset, reduction: bool = False) -> bool:
+    """Every reduced-space member ``n`` reads (directly or through views ``through`` accepts) lands,
+    after ``n``'s right-aligned broadcast, on the domain axes it stands for. A ``reduction`` reads
+    its input over the whole domain."""
+    if not reduce_axes:
+        return True
+    size = math.prod(domain)
+    mine = list(range(len(domain))) if reduction else space_axes(_shape(n), domain, reduce_axes)
+    for a in n.all_input_nodes:
+        chain = []
+        m = a
+        while m not in members and through(m):
+            chain.append(m)
+            m = m.args[0]
+        if m not in members or math.prod(_shape(m)) == size:
+            continue  # a leaf (broadcast by strides at load) or a full-domain value
+        axes = space_axes(_shape(m), domain, reduce_axes)
+        for v in reversed(chain):
+            axes = None if axes is None else through_view(v, axes)
+        if axes is None or mine is None:
+            return False
+        lead = len(mine) - len(axes)
+        if lead < 0:
+            return False
+        for p, (s, ax) in enumerate(zip(_shape(a), axes)):
+            if s != 1 and ax is not None and ax != mine[lead + p]:
+                return False
+    return True
