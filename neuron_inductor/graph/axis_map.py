@@ -65,7 +65,7 @@ def aligned(n: fx.Node, members: set, through: Callable[[fx.Node], bool], domain
     for a in n.all_input_nodes:
         chain = []
         m = a
-        while m not in members and through(m):
+        while through(m):  # views a group absorbed are members too: their shape is not their axes
             chain.append(m)
             m = m.args[0]
         if m not in members or math.prod(_shape(m)) == size:

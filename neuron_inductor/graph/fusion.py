@@ -251,7 +251,8 @@ class Partitioner:
         if self.fusion:
             self._merge_siblings()
             absorb_into_epilogues(self)
-            recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible)
+            recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible,
+                                     self._aligned)
         self._outputs()
         order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         for g in self.groups:  # merged groups (and the parts an epilogue absorbed) run in graph order

@@ -70,10 +70,13 @@ def _readers(v: fx.Node, group_of: dict) -> dict[Group, list[fx.Node]]:
 
 
 def recompute_widening_casts(gm: fx.GraphModule, groups: list[Group], group_of: dict,
-                             fits) -> int:
+                             fits, aligned) -> int:
     """Move widening-cast chains that cross a group boundary into their fused readers (see the
     module docstring). ``fits(group, node)`` says whether a node may join a group (the partitioner's
-    own compatibility check). Returns the number of values rerouted."""
+    own compatibility check), ``aligned(group, node)`` whether a member reads the group's
+    reduced-space values where they belong (checked on every member once the chain has joined: a
+    clone in the reduced space may be read through a view that moves its dims). Returns the number
+    of values rerouted."""
     moved = 0
     for g in list(groups):
         if g.kind not in ("fused", "matmul"):
@@ -104,6 +107,14 @@ def recompute_widening_casts(gm: fx.GraphModule, groups: list[Group], group_of: 
                     u.replace_input_with(v, prev)
                     if u not in h.members:  # an order-preserving view the group computes through
                         new_members.append(u)
+                h.members.update(new_members)
+                if not all(aligned(h, m) for m in list(h.members) if m.target not in VIEWS):
+                    h.members.difference_update(new_members)
+                    for u in users:
+                        u.replace_input_with(prev, v)
+                    for c in reversed(chain):
+                        gm.graph.erase_node(clones[c])
+                    continue
                 # the part holding the first reader computes the clones, should lowering unmerge h
                 part = next((p for p in h.parts if any(u in p.nodes for u in users)), None)
                 for x in new_members:

@@ -151,3 +151,26 @@ def test_reduced_value_broadcast_right_aligned_over_a_non_leading_reduced_axis()
     def viewed(x):  # sum(0) as [4, 8], then unsqueezed at axis 1 and expanded: dims (1, 2) -> (0, 2)
         return (x.sum(0).unsqueeze(1).expand(4, 4, 8) + x, x.sum(0, keepdim=True).expand(4, 4, 8) * x)
     check_no_fallback(viewed, torch.randn(4, 4, 8))
+
+
+def test_widening_cast_recomputed_in_a_reduction_group_read_through_unsqueeze():
+    """fuzz seed 701306: x0.grad wrong in 178 of 300 elements. gather's backward (a [300, 300]
+    compare-and-sum over axis 0) read the gradient's bf16 -> fp32 cast through ``unsqueeze(-1)``, on
+    axis 0; the cast, recomputed inside that group as a [300] value of the reduced space (the kept
+    axis 1), was read at axis 1. Recomputed casts are now checked like any member's reads."""
+    torch.manual_seed(701306)
+
+    def prog(x0, i0, x1, x2):
+        v0 = torch.gather(x0, -1, i0)
+        v2 = torch.maximum(x0, torch.maximum(x0, x0))
+        return (F.linear(v2, x1, x2), v0.to(torch.bfloat16).float(), v2[116:144:3])
+    check_no_fallback(prog, torch.randn(300), torch.randint(0, 300, (300,)), torch.randn(1, 300),
+                      torch.randn(1))
+
+    def chained(x0, i0, i1):  # fuzz seed 701514: 98 of 100 forward outputs wrong, same cause
+        v0 = torch.gather(x0, -1, i0)
+        v1 = torch.gather(v0, -1, i1)
+        return (v1[47:246:2].to(torch.bfloat16).float(), v0 + x0, torch.where(x0 >= 0.5, x0, v1))
+    torch.manual_seed(701514)
+    check_no_fallback(chained, torch.randn(300), torch.randint(0, 300, (300,)),
+                      torch.randint(0, 300, (300,)))
