@@ -25,8 +25,9 @@ aten = torch.ops.aten
 Axes = list  # per dim: the domain axis it stands for, or None (a broadcast or unit dim)
 
 
-def _shape(n: fx.Node) -> list[int]:
-    return [int(s) for s in val(n).shape]
+def _shape(n: fx.Node) -> list[int] | None:
+    v = val(n)
+    return [int(s) for s in v.shape] if isinstance(v, torch.Tensor) else None
 
 
 def space_axes(shape: Sequence[int], domain: Sequence[int], reduce_axes: frozenset) -> Axes | None:
@@ -61,16 +62,24 @@ def aligned(n: fx.Node, members: set, through: Callable[[fx.Node], bool], domain
     if not reduce_axes:
         return True
     size = math.prod(domain)
-    mine = list(range(len(domain))) if reduction else space_axes(_shape(n), domain, reduce_axes)
+    reduced = ([s for i, s in enumerate(domain) if i not in reduce_axes],
+               [1 if i in reduce_axes else s for i, s in enumerate(domain)])
+    shape = _shape(n)
+    mine = list(range(len(domain))) if reduction else \
+        (space_axes(shape, domain, reduce_axes) if shape is not None else None)
     for a in n.all_input_nodes:
         chain = []
         m = a
         while through(m):  # views a group absorbed are members too: their shape is not their axes
             chain.append(m)
             m = m.args[0]
-        if m not in members or math.prod(_shape(m)) == size:
-            continue  # a leaf (broadcast by strides at load) or a full-domain value
-        axes = space_axes(_shape(m), domain, reduce_axes)
+        ms = _shape(m)
+        if m not in members or ms is None or math.prod(ms) == size or ms not in reduced:
+            # a leaf (broadcast by strides at load), a full-domain value, a tuple (a multi-output
+            # reduction: its ``getitem`` members are checked where they are read) or a column sum's
+            # value (read only after the row loop, by the partitioner's own rule)
+            continue
+        axes = space_axes(ms, domain, reduce_axes)
         for v in reversed(chain):
             axes = None if axes is None else through_view(v, axes)
         if axes is None or mine is None:
