@@ -30,6 +30,13 @@ def _shape(n: fx.Node) -> list[int] | None:
     return [int(s) for s in v.shape] if isinstance(v, torch.Tensor) else None
 
 
+def reduced_shapes(domain: Sequence[int], axes: frozenset) -> list[list[int]]:
+    """The shapes of a value of the reduced space: without the reduced dims, and with them as 1."""
+    kept = [s for i, s in enumerate(domain) if i not in axes]
+    keep1 = [1 if i in axes else s for i, s in enumerate(domain)]
+    return [kept, keep1]
+
+
 def space_axes(shape: Sequence[int], domain: Sequence[int], reduce_axes: frozenset) -> Axes | None:
     """The domain axis of each dim of a value of the group's own shapes: the domain itself or the
     reduced shape with unit dims (identity), the reduced shape without them (the kept axes)."""
@@ -62,8 +69,7 @@ def aligned(n: fx.Node, members: set, through: Callable[[fx.Node], bool], domain
     if not reduce_axes:
         return True
     size = math.prod(domain)
-    reduced = ([s for i, s in enumerate(domain) if i not in reduce_axes],
-               [1 if i in reduce_axes else s for i, s in enumerate(domain)])
+    reduced = reduced_shapes(domain, reduce_axes)
     shape = _shape(n)
     mine = list(range(len(domain))) if reduction else \
         (space_axes(shape, domain, reduce_axes) if shape is not None else None)

@@ -31,6 +31,7 @@ from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node
                                  takes_epilogue)
 from ..ir import TensorMeta, contiguous_strides
 from . import axis_map
+from .axis_map import reduced_shapes as _reduced_shapes
 from .fusion_recompute import recompute_widening_casts
 from .epilogue_absorb import absorb_into_epilogues
 from .horizontal import merge_horizontal
@@ -60,12 +61,6 @@ EXPAND = aten.expand.default
 def _through(a: fx.Node, fused: bool) -> bool:
     """Views a group computes through: order-preserving ones, and (fused groups) broadcasts."""
     return a.op == "call_function" and (a.target in ORDER_PRESERVING_VIEWS or (fused and a.target is EXPAND))
-
-
-def _reduced_shapes(domain, axes) -> list[list[int]]:
-    kept = [s for i, s in enumerate(domain) if i not in axes]
-    keep1 = [1 if i in axes else s for i, s in enumerate(domain)]
-    return [kept, keep1]
 
 
 def _leads(shape, domain, axes) -> bool:
