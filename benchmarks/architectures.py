@@ -15,11 +15,12 @@ length on the LEFT (one run) or on the RIGHT (another run), ``attention_mask`` z
             ``SLIDING_WINDOW``) generate 64 new tokens, past their window; the others 4.
 float32 is compared with eager float32 (summation order is the only difference). bfloat16 is
 compared by error against an eager float32 run of the same (bf16-rounded) weights: the compiled
-error may be at most ``BF16_FACTOR`` times eager bfloat16's own error (plus a small floor). Two
-reruns of a failing bf16 step (``check_train``): an MoE step is rerun with routing pinned to the
-fp32 reference ("tie" in the table), and a failing gradient is judged by the compiled and eager rms
-errors over this and nearby independent problems instead of this step's single samples ("ok*":
-``error_spread``).
+error may be at most ``BF16_FACTOR`` times eager bfloat16's own error (plus a small floor). Reruns
+of a failing step (``check_train``): a step whose ``topk`` calls had exact ties is compared with
+eager taking tied values lowest index first ("tie" in the table); a bf16 MoE step is rerun with
+routing pinned to the fp32 reference ("tie"), and a failing bf16 gradient is judged by the compiled
+and eager rms errors over this and nearby independent problems instead of this step's single
+samples ("ok*": ``error_spread``).
 It prints a table with one column per (dtype, padding side, check), the declared fallback ops of all
 graphs, and the wall time. ``tests/integrations/test_architectures.py`` runs the same checks.
 """
@@ -197,7 +198,7 @@ _lowest_index_ties = _rp.lowest_index_ties
 
 
 def check_train(model: Any, batch: dict, dtype: str = "float32",
-                cache_dir: str | None = None, pin_routing: bool = False) -> dict[str, str | None]:
+                cache_dir: str | None = None, pin_routing: bool | str = False) -> dict[str, str | None]:
     """One training step on ``batch`` (loss with labels), compiled vs eager, in ``dtype``: logits
     and loss ("fwd") and every parameter's gradient ("grads"). Dropouts are 0.
 
@@ -209,23 +210,23 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
     without ``topk`` routing, a failing gradient whose compiled rms error over this and nearby problems is within BF16_FACTOR x
     eager's rms error over the same problems (:func:`error_spread`) passes and is listed under
     "bf16-noise". A failing fp32 step is compared once more against eager with exact ``topk`` ties
-    taken lowest index first (:func:`_rerun_lowest_index_ties`)."""
+    taken lowest index first (:func:`_rerun_lowest_index_ties`); a failing bf16 step too, before
+    its pinned rerun (an exact tie is the narrower explanation). ``pin_routing`` True or a
+    technique name (:class:`_RoutingPin`) runs this step pinned."""
     model.train()
     ref = ref_grads = None
-    if pin_routing:
-        _PIN.__init__()
-    routing = _PIN.active if pin_routing else (lambda _mode: contextlib.nullcontext())
+    routing = _routing(pin_routing)
     if dtype == "bfloat16":
         work = to_bf16(copy.deepcopy(model))
         exact = copy.deepcopy(work).float()  # fp32 reference with the same (rounded) weights
-        with routing("record"):
+        with routing("record", exact):
             ref, ref_grads = _step(exact, batch, False, None)
         del exact
     else:
         work = model
-    with routing("replay"):
+    with routing("replay", work):
         out_e, exp_grads = _step(work, batch, False, None)
-    with routing("replay"):
+    with routing("replay", work):
         out_c, got_grads = _step(work, batch, True, cache_dir)
     _drop_zero_only(got_grads, exp_grads)
     errors: dict[str, str | None] = {"fwd": None, "grads": None}
@@ -265,13 +266,23 @@ def check_train(model: Any, batch: dict, dtype: str = "float32",
         if bad:
             errors["grads"] = (f"{len(bad)}/{len(exp_grads)} parameters wrong: "
                                + "; ".join(list(bad.values())[:4]))
-    if ref is None and (errors["fwd"] or errors["grads"]):
-        errors.update(_rerun_lowest_index_ties(work, batch, out_c, got_grads, errors))
+    if not pin_routing and (errors["fwd"] or errors["grads"]):
+        errors.update(_rerun_lowest_index_ties(work, batch, out_c, got_grads, errors, ref is not None))
     if pin_routing:
-        errors["pinned"] = f"{len(_PIN.indices)} topk calls pinned, {_PIN.near_ties()} near-tie tokens"
+        how = " (by masking their inputs' source modules)" if _PIN.technique == "masks" else ""
+        errors["pinned"] = f"{len(_PIN.indices)} topk calls pinned{how}, {_PIN.near_ties()} near-tie tokens"
     elif (errors["grads"] or errors["fwd"]) and dtype == "bfloat16" and _uses_topk(work, batch):
         errors.update(_rerun_pinned(model, batch, errors, set(bad)))
     return errors
+
+
+def _routing(pin: bool | str) -> Callable[[str, Any], Any]:
+    """The context for a step's record / replay: a fresh :data:`_PIN` with ``pin``'s technique
+    (True: "mode"), or nothing when ``pin`` is False."""
+    if not pin:
+        return lambda _mode, _model: contextlib.nullcontext()
+    _PIN.__init__("mode" if pin is True else pin)
+    return _PIN.active
 
 
 def _drop_zero_only(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -288,27 +299,35 @@ def _drop_zero_only(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> N
 
 
 def _rerun_lowest_index_ties(model: Any, batch: dict, out_c: Any, got_grads: dict,
-                             errors: dict[str, str | None]) -> dict[str, str | None]:
-    """A failed fp32 step compared again with eager's tied ``topk`` values taken lowest index first.
+                             errors: dict[str, str | None], bf16: bool = False) -> dict[str, str | None]:
+    """A failed step compared again with eager's tied ``topk`` values taken lowest index first
+    (in bf16, in the fp32 reference too: ``model`` is the bf16 model then).
 
     That reference is as valid a torch result as the first, so a compiled step matching it is
     correct; it passes under "router-tie" only if some ``topk`` call had an exact tie at its k-th
-    place (otherwise both references agree and the failure stands)."""
+    place (otherwise both references agree and the failure stands). Exact ties are common where
+    a pad token's embedding row is zero (``padding_idx``): its router scores all tie."""
     seen: list[int] = []
+    ref = ref_grads = None
     try:
         with _lowest_index_ties(seen):
+            if bf16:
+                ref, ref_grads = _step(copy.deepcopy(model).float(), batch, False, None)
             out_e, exp_grads = _step(model, batch, False, None)
     except Exception:  # noqa: BLE001 - a rerun that cannot run keeps the original failure
         return {}
     if not sum(seen):
         return {}
     _drop_zero_only(got_grads, exp_grads)
-    wrong = [p for p in (_compare("logits", out_c.logits.float(), out_e.logits.float(), None, FWD_TOL),
-                         _compare("loss", out_c.loss.float(), out_e.loss.float(), None, FWD_TOL)) if p]
+    wrong = [p for p in (_compare("logits", out_c.logits.float(), out_e.logits.float(),
+                                  None if ref is None else ref.logits.float(), FWD_TOL),
+                         _compare("loss", out_c.loss.float(), out_e.loss.float(),
+                                  None if ref is None else ref.loss.float(), FWD_TOL)) if p]
     if got_grads.keys() != exp_grads.keys():
         wrong.append(f"grads differ in which params: {sorted(got_grads.keys() ^ exp_grads.keys())}")
     wrong += [e for n in exp_grads if n in got_grads and (e := _compare(
-        f"grad {n}", got_grads[n].float(), exp_grads[n].float(), None, GRAD_TOL))]
+        f"grad {n}", got_grads[n].float(), exp_grads[n].float(),
+        None if ref_grads is None else ref_grads[n].float(), GRAD_TOL))]
     if wrong:  # the failure stands as first reported
         return {}
     failure = "; ".join(v for v in (errors["fwd"], errors["grads"]) if v)
@@ -328,7 +347,7 @@ def nearby_batch(batch: dict, seed: int) -> dict[str, torch.Tensor]:
 
 def error_spread(model: Any, batch: dict, names: list[str], draws: int = BF16_DRAWS,
                  cache_dir: str | None = None, compiled: bool = True,
-                 first: dict[str, tuple[float, float]] | None = None, pin: bool = False
+                 first: dict[str, tuple[float, float]] | None = None, pin: bool | str = False
                  ) -> dict[str, tuple[float, float | None]]:
     """The bf16 gradient errors of ``names`` as (eager rms, compiled rms) over this step and
     ``draws`` nearby, independent problems: fresh tokens at the batch's real positions
@@ -362,12 +381,12 @@ def error_spread(model: Any, batch: dict, names: list[str], draws: int = BF16_DR
                 for p in base.parameters():
                     p.mul_(1 + (torch.rand(p.shape, generator=gen) * 2 - 1) * BF16_JITTER)
         work = to_bf16(base)
-        routing = _PIN.active if pin else (lambda _mode: contextlib.nullcontext())
-        if pin:
-            _PIN.__init__()
-        with routing("record"):
-            _, ref = _step(copy.deepcopy(work).float(), step_batch, False, None)
-        with routing("replay"):
+        routing = _routing(pin)
+        exact = copy.deepcopy(work).float()
+        with routing("record", exact):
+            _, ref = _step(exact, step_batch, False, None)
+        del exact
+        with routing("replay", work):
             _, got = _step(work, step_batch, False, None)
         comp = None
         if compiled:
@@ -377,7 +396,7 @@ def error_spread(model: Any, batch: dict, names: list[str], draws: int = BF16_DR
             with torch.no_grad():
                 for p, q in zip(probe.parameters(), work.parameters()):
                     p.copy_(q)
-            with routing("replay"):
+            with routing("replay", probe):
                 _, comp = _step(compiled_probe, step_batch, False, None)
             comp = {k.replace("_orig_mod.", ""): v for k, v in comp.items()}
         for n in names:
@@ -418,7 +437,14 @@ def _rerun_pinned(model: Any, batch: dict, errors: dict[str, str | None],
     try:
         again = check_train(model, batch, "bfloat16", None, pin_routing=True)
     except Exception as e:  # noqa: BLE001 - a rerun that cannot run keeps the original failure
-        return {part: f"{failure} (pinned-routing rerun failed: {type(e).__name__}: {e})"}
+        if not _PIN.masks_apply():
+            return {part: f"{failure} (pinned-routing rerun failed: {type(e).__name__}: {e})"}
+        torch._dynamo.reset()  # the mode cannot pin this model; its routers' sources can be masked
+        try:
+            again = check_train(model, batch, "bfloat16", None, pin_routing="masks")
+        except Exception as e2:  # noqa: BLE001
+            return {part: f"{failure} (pinned-routing reruns failed: {type(e).__name__}: {e}; "
+                          f"masks: {type(e2).__name__}: {e2})"}
     finally:
         torch._dynamo.reset()
     if not _PIN.indices:  # no topk routing: nothing a tie could explain
@@ -597,8 +623,8 @@ def table(results: list[Result]) -> str:
     if any(r.ties for r in results):
         lines.append("tie: bf16 MoE logits or gradients that match eager once every run routes as "
                      "the fp32 reference does (tokens whose top-k router scores lie within bf16 "
-                     "noise of each other went to other experts; see check_train), or fp32 ones "
-                     "that match eager once exact topk ties are taken lowest index first.")
+                     "noise of each other went to other experts; see check_train), or ones (fp32 or "
+                     "bf16) that match eager once exact topk ties are taken lowest index first.")
     if any(r.noise for r in results):
         lines.append("ok*: a bf16 gradient whose compiled error exceeds eager's on this step, but "
                      f"whose compiled rms error over this and {BF16_DRAWS} nearby problems is within "

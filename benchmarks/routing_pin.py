@@ -24,16 +24,30 @@ class RoutingPin:
     scores), so all three route alike and the rest of the step is compared as usual. The
     scores, the routing weights and their gradients are still computed by each run itself.
 
-    Inside :meth:`active`, a torch function mode (:class:`PinMode`) sends every ``torch.topk`` and
-    ``Tensor.topk`` call to :func:`pinned_topk` (routers use both spellings; patching the
-    ``Tensor`` method instead would make Dynamo run the replay on fake tensors). Dynamo inlines the
-    mode's handler, so the compiled graph takes the recorded indices as inputs."""
+    Two techniques replay the choice (``technique``):
+
+    - ``"mode"``: inside :meth:`active`, a torch function mode (:class:`PinMode`) sends every
+      ``torch.topk`` and ``Tensor.topk`` call to :func:`pinned_topk` (routers use both spellings;
+      patching the ``Tensor`` method instead would make Dynamo run the replay on fake tensors).
+      Dynamo inlines the mode's handler, so the compiled graph takes the recorded indices as inputs.
+    - ``"masks"``: for routers whose ``topk`` input is exactly a module's output (up to a dtype
+      cast and a reshape; jetmoe's ``self.layer(h).float().topk(...)``), a forward hook adds a
+      mask buffer to that output: 0 at the recorded choices, -inf elsewhere. The model's own
+      ``topk`` then picks the recorded experts and sees their scores unchanged (x + 0 == x). It
+      exists because Dynamo cannot resume a frame under a torch function mode after a graph break
+      (jetmoe's ``expert_size.tolist()``): with ``"mode"`` that compiled replay fails in
+      ``torch.arange(..., device=...)`` with any backend. The record run notes each call's source
+      module (:meth:`masks_apply` says whether every call has its own)."""
 
     #: how many times eager bf16's score error the compiled run's may be (the bf16 check's factor)
     noise_factor = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, technique: str = "mode") -> None:
+        if technique not in ("mode", "masks"):
+            raise ValueError(f"routing pin technique {technique!r}: expected 'mode' or 'masks'")
+        self.technique = technique
         self.mode = "off"
+        self.model: torch.nn.Module | None = None
         self.indices: list[torch.Tensor] = []
         self.n = 0
         #: topk inputs seen by the eager runs, per call: (reference, bf16 eager)
@@ -41,21 +55,74 @@ class RoutingPin:
         self.calls: list[tuple[int, int, bool]] = []  # (k, dim, largest) per recorded call
         #: gradients a pinned rerun passed by their error spread (``check_train``)
         self.noisy: set[str] = set()
+        #: per recorded call: the module whose output the topk input is (None: no such module),
+        #: and the (topk input, module output) shapes
+        self.sources: list[str | None] = []
+        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        self._last: tuple[str, torch.Tensor] | None = None
+        self._hooks: list[Any] = []
+        self._mode: PinMode | None = None
 
-    def active(self, mode: str) -> "RoutingPin":
-        self.mode, self.n = mode, 0
+    def active(self, mode: str, model: torch.nn.Module | None = None) -> "RoutingPin":
+        """Record or replay around a step of ``model`` (needed to note sources and for masks)."""
+        self.mode, self.n, self.model = mode, 0, model
         return self
 
+    def masks_apply(self) -> bool:
+        """Whether the ``"masks"`` technique can replay the recorded calls: each has a source
+        module of its own."""
+        return bool(self.sources) and None not in self.sources and len(set(self.sources)) == len(self.sources)
+
     def __enter__(self) -> "RoutingPin":
+        if self.mode == "replay" and self.technique == "masks":
+            self._install_masks()
+            return self
+        if self.mode == "record" and self.model is not None:
+            self._track_sources()
         self._mode = PinMode()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
-        if self.mode == "replay" and exc[0] is None and self.n != len(self.indices):
-            raise RuntimeError(f"routing pin: {self.n} topk calls replayed, {len(self.indices)} recorded")
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._last = [], None
+        if self._mode is not None:
+            self._mode.__exit__(*exc)
+            self._mode = None
+            if self.mode == "replay" and exc[0] is None and self.n != len(self.indices):
+                raise RuntimeError(f"routing pin: {self.n} topk calls replayed, {len(self.indices)} recorded")
         self.mode = "off"
+
+    def _track_sources(self) -> None:
+        """Remember the last tensor any module of the model returned (the candidate source)."""
+        def note(name: str) -> Any:
+            def hook(_mod: Any, _args: Any, out: Any) -> None:
+                if isinstance(out, torch.Tensor):
+                    self._last = (name, out)
+            return hook
+        assert self.model is not None
+        self._hooks = [m.register_forward_hook(note(n)) for n, m in self.model.named_modules()]
+
+    def _install_masks(self) -> None:
+        """Hooks adding 0 / -inf masks to the source modules' outputs (see the class doc)."""
+        if not self.masks_apply() or self.model is None:
+            raise RuntimeError("routing pin: the masks technique needs a model whose every topk "
+                               "input is its own module's output")
+        modules = dict(self.model.named_modules())
+        if len(self.scores["replay"]) != len(self.indices):  # the eager replay fills them in
+            self.scores["replay"] = [torch.empty(0)] * len(self.indices)
+        for i, (name, idx, (k, dim, largest), (in_shape, out_shape)) in enumerate(
+                zip(self.sources, self.indices, self.calls, self.shapes)):
+            fill = float("-inf") if largest else float("inf")
+            mask = torch.full(in_shape, fill).scatter(dim, idx, 0.0).reshape(out_shape)
+
+            def hook(_mod: Any, _args: Any, out: torch.Tensor, mask: torch.Tensor = mask, i: int = i,
+                     in_shape: tuple = in_shape) -> torch.Tensor:
+                if not torch.compiler.is_compiling():
+                    self.scores["replay"][i] = out.detach().float().reshape(in_shape).clone()
+                return out + mask.to(out.dtype)
+            self._hooks.append(modules[name].register_forward_hook(hook))
 
     def near_ties(self) -> int:
         """Tokens whose reference gap between the k-th and (k+1)-th score is within the bf16
@@ -96,6 +163,11 @@ def pinned_topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True
         pin.indices.append(idx.detach().clone())
         pin.calls.append((k, dim, largest))
         pin.scores["record"].append(input.detach().float().clone())
+        last = pin._last
+        same = (last is not None and last[1].numel() == input.numel()
+                and torch.equal(last[1].detach().to(input.dtype).reshape(input.shape), input.detach()))
+        pin.sources.append(last[0] if same else None)
+        pin.shapes.append((tuple(input.shape), tuple(last[1].shape) if same else ()))
         return torch.return_types.topk((values, idx))
     if pin.mode != "replay":
         return TORCH_TOPK(input, k, dim, largest, sorted)

@@ -155,6 +155,49 @@ def test_routing_pin_replays_the_reference_choice_in_compiled_code(route) -> Non
     torch._dynamo.reset()
 
 
+class _SplitRouter(torch.nn.Module):
+    """jetmoe's router shape: ``topk`` of a linear layer's output cast to fp32, then the expert
+    sizes through ``.tolist()`` (a graph break under Dynamo)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 4, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values, idx = self.layer(x).float().topk(2, dim=1)
+        sizes = torch.zeros(x.shape[0], 4).scatter(1, idx, 1.0).sum(0).long().tolist()
+        return values.softmax(1) * (idx.float() + 1) + sum(sizes)
+
+
+def test_routing_pin_masks_replay_the_reference_choice_across_a_graph_break() -> None:
+    """The "masks" technique (for routers the torch function mode cannot pin under Dynamo) really
+    makes eager and compiled code take the recorded experts, with their own scores unchanged."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref, work = _SplitRouter(), _SplitRouter()
+    work.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 8)
+    other = -x  # another routing for most tokens
+    A._PIN.__init__("masks")
+    with A._PIN.active("record", ref):
+        ref(x)
+    assert A._PIN.masks_apply() and A._PIN.sources == ["layer"]
+    expected_idx = A._PIN.indices[0]
+    assert not torch.equal(work.layer(other).topk(2, dim=1).indices, expected_idx)
+    scores = work.layer(other).detach()
+    want = scores.gather(1, expected_idx).softmax(1) * (expected_idx.float() + 1) + 2 * x.shape[0]
+    with torch.no_grad(), A._PIN.active("replay", work):
+        eager = work(other)
+    with torch.no_grad(), A._PIN.active("replay", work):
+        compiled = torch.compile(work, backend="neuron", options={"cache": False})(other)
+    assert not work.layer._forward_hooks  # the masks are gone after the replay
+    # the model's own topk orders the two recorded experts by score: compare per token, unordered
+    torch.testing.assert_close(eager.sort(1).values, want.sort(1).values)
+    torch.testing.assert_close(compiled.sort(1).values, want.sort(1).values)
+    assert A._PIN.scores["replay"][0].shape == (6, 4)  # eager's scores, for the near-tie count
+    torch._dynamo.reset()
+
+
 def test_routing_pin_counts_only_margins_within_bf16_noise() -> None:
     """A tie verdict needs a token whose reference k-th/(k+1)-th gap is within the runs' noise."""
     pin = A._RoutingPin()
@@ -275,6 +318,22 @@ def test_tie_rerun_passes_only_a_step_that_matches_the_other_tie_order() -> None
     with A._lowest_index_ties([]):
         out, grads = A._step(model, untied, False, None)
     assert A._rerun_lowest_index_ties(model, untied, out, grads, failed) == {}
+
+
+def test_bf16_tie_rerun_judges_against_an_fp32_reference_with_the_same_ties() -> None:
+    """In bf16 the rerun takes ties lowest index first in eager bf16 and in its fp32 reference, and
+    judges by the bf16 criterion (error vs fp32 within BF16_FACTOR x eager's): a compiled step of
+    that tie order passes, one with a 10% error does not (jetmoe's zero-embedding pad tokens)."""
+    model, ones = _TopkModel().bfloat16(), torch.ones(1, 4, dtype=torch.long)
+    batch = {"input_ids": ones, "attention_mask": ones, "labels": ones}
+    with A._lowest_index_ties([]):
+        out, grads = A._step(model, batch, False, None)
+    failed = {"fwd": None, "grads": "1/1 parameters wrong"}
+    verdict = A._rerun_lowest_index_ties(model, batch, out, grads, failed, bf16=True)
+    assert verdict["grads"] is None and verdict["tied"] == "grads" and "exact topk ties" in verdict["router-tie"]
+    off = {n: g * 1.1 for n, g in grads.items()}
+    assert A._rerun_lowest_index_ties(model, batch, out, off, failed, bf16=True) == {}
+    assert model.w.dtype == torch.bfloat16  # the fp32 reference ran on a copy
 
 
 def test_drop_zero_only_keeps_real_gradient_differences() -> None:
