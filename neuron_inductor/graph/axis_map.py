@@ -38,13 +38,24 @@ def reduced_shapes(domain: Sequence[int], axes: frozenset) -> list[list[int]]:
 
 
 def space_axes(shape: Sequence[int], domain: Sequence[int], reduce_axes: frozenset) -> Axes | None:
-    """The domain axis of each dim of a value of the group's own shapes: the domain itself or the
-    reduced shape with unit dims (identity), the reduced shape without them (the kept axes)."""
-    D = len(domain)
-    if len(shape) == D:
+    """The domain axis of each dim of a value of the group's own shapes: the domain itself, or the
+    reduced shape with unit dims (identity; a unit dim stands for nothing), the reduced shape
+    without them (the kept axes), or another shape of the domain's size, which the group holds as
+    the domain flattened: that is a dim-for-dim map only when the two agree once unit dims are
+    dropped. None otherwise (the value's dims stand for no single domain axis each)."""
+    shape, D = [int(s) for s in shape], len(domain)
+    if len(shape) == D and all(s in (d, 1) for s, d in zip(shape, domain)):
         return list(range(D))
     kept = [i for i in range(D) if i not in reduce_axes]
-    return kept if len(shape) == len(kept) else None
+    if shape == [domain[i] for i in kept]:
+        return kept
+    if math.prod(shape) != math.prod(domain):
+        return None
+    real = [i for i in range(D) if domain[i] != 1]
+    if [s for s in shape if s != 1] != [domain[i] for i in real]:
+        return None  # e.g. [7, 3, 3, 513] over a [7, 1, 3, 513, 3] domain: the 3s are other axes
+    it = iter(real)
+    return [None if s == 1 else next(it) for s in shape]
 
 
 def through_view(v: fx.Node, axes: Axes) -> Axes | None:

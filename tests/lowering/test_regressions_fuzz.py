@@ -174,3 +174,22 @@ def test_widening_cast_recomputed_in_a_reduction_group_read_through_unsqueeze():
     torch.manual_seed(701514)
     check_no_fallback(chained, torch.randn(300), torch.randint(0, 300, (300,)),
                       torch.randint(0, 300, (300,)))
+
+
+def test_reduced_value_expanded_on_a_new_axis_of_the_reduced_axis_size():
+    """fuzz seed 900017: x0.grad wrong in 23844 of 32319 elements. The backward sums the tangent
+    over its last axis (size 3) in a [7, 1, 3, 513, 3] domain, and expands the result over dim 1 to
+    [7, 3, 3, 513]: that output has the domain's size, so the group held it as the domain
+    flattened, and the expand's new 3 landed on the reduced axis (stored with the wrong strides).
+    A value of the domain's size but another shape now maps onto domain axes only when its dims
+    are the domain's own (unit dims aside); otherwise the reduced value's read is not fused."""
+    torch.manual_seed(900017)
+
+    def prog(x0, x1):
+        v1 = torch.where(x0.mean(1, keepdim=True) < x1, x0.mean(1, keepdim=True), -1.0)
+        return (v1.unsqueeze(4).expand(7, 1, 3, 513, 3),)
+    check_no_fallback(prog, torch.randn(7, 3, 3, 513), torch.randn(7, 1, 3, 513))
+
+    def flat_ok(x):  # the domain's own dims, squeezed: still fused and right
+        return ((x.sum(-1, keepdim=True) * x).squeeze(1),)
+    check_no_fallback(flat_ok, torch.randn(7, 1, 3, 5, 3))
