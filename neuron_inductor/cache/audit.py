@@ -15,7 +15,7 @@ import re
 _WRAPPER_IMPORTS = {"import torch", "from neuron_inductor.runtime import host"}
 _CALLS = re.compile(
     r"^(kernels\.[A-Za-z_][A-Za-z0-9_]*"
-    r"|host\.(hbm|view|empty|count_fallback|count_collective|load_sibling|user_result)"
+    r"|host\.(hbm|view|empty|count_fallback|count_collective|load_sibling|user_result|conform)"
     r"|torch\.(as_strided|tensor|empty|device|Size)"
     r"|torch\.ops\.(aten|prims|_c10d_functional|c10d_functional|neuron[A-Za-z0-9_]*)"
     r"\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?"

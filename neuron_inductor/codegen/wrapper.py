@@ -194,14 +194,19 @@ def _fallback(f: Fallback) -> list[str]:
     if f.shapes:
         note += f" [{f.shapes}]"
     return [" ".join(note.splitlines()), f"host.count_fallback({f.target!r})",
-            _host_call(f.target, f.args, f.kwargs, f.results, f.unpack)]
+            _host_call(f.target, f.args, f.kwargs, f.results, f.unpack, f.dtypes)]
 
 
-def _host_call(target: str, args: tuple, kwargs: dict, results: list[str], unpack: bool) -> str:
+def _host_call(target: str, args: tuple, kwargs: dict, results: list[str], unpack: bool,
+               dtypes: tuple = ()) -> str:
+    """``results = torch.ops.<target>(...)``; with ``dtypes``, through ``host.conform`` (results
+    converted to the dtypes the graph's fake tensors have)."""
     if not _DOTTED.match(target):
         raise ValueError(f"host call target {target!r} is not a dotted op name")
     rendered = [render_const(a) for a in args] + [f"{k}={render_const(v)}" for k, v in kwargs.items()]
     call = f"torch.ops.{target}({', '.join(rendered)})"
+    if results and any(dtypes):
+        call = f"host.conform({call}, {dtypes if unpack else dtypes[0]!r})"
     if not results:
         return call
     if unpack:

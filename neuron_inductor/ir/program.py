@@ -95,6 +95,9 @@ class Fallback:
     reason: str
     shapes: str = ""
     unpack: bool = False  # the op returns a tuple/list that is unpacked into ``results``
+    #: per result, the dtype name the graph's fake tensor has (None: not a tensor); the wrapper
+    #: converts an eager result of another dtype (some CPU kernels disagree with their meta)
+    dtypes: tuple[str | None, ...] = ()
 
 
 @dataclass(eq=False)

@@ -22,7 +22,7 @@ from ..target import Target, get_target
 from .builder import KernelBuilder
 from .fused import Source, lower_fused
 from .groups import Group, unmerge, val, view_root
-from .layout import LoweringError, hw_dtype, meta_of, word_scale
+from .layout import LoweringError, hw_dtype, meta_of, torch_dtype_name, word_scale
 from .matmul_multi import lower_matmul_multi, mm_anchors
 from .matmul_rows import lower_matmul_rows
 from .registry import KERNELS, VIEWS, KernelContext, find_lowering, takes_epilogue
@@ -380,8 +380,10 @@ class GraphLowering:
         if collective:
             self.program.steps.append(Collective(results, _qualname(n.target), args, kwargs, unpack))
             return
+        metas = v if isinstance(v, (list, tuple)) else [v]
+        dtypes = tuple(torch_dtype_name(t.dtype) if isinstance(t, torch.Tensor) else None for t in metas)
         self.program.steps.append(Fallback(results, _qualname(n.target), args, kwargs, reason,
-                                           shapes, unpack))
+                                           shapes, unpack, dtypes))
 
 
 #: torch's functional collectives (DDP/FSDP2/DTensor graphs): run on the host's process group

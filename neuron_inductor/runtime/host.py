@@ -126,6 +126,24 @@ def user_result(ret: object, index: int, count: int, size: Sequence[int], dtype:
     return ret
 
 
+def conform(ret: object, dtypes: str | tuple | None) -> object:
+    """A declared fallback's result with each tensor in the dtype the graph's fake tensor has.
+
+    Some eager CPU kernels return another dtype than their meta function says (bf16
+    ``_native_batch_norm_legit_functional`` returns its running stats in bf16, its meta fp32); the
+    kernels after the fallback read the graph's dtype, so the value is converted here, as eager's
+    own later ops would have promoted it."""
+    if isinstance(ret, (tuple, list)):
+        wants = tuple(dtypes or ()) + (None,) * len(ret)
+        out = tuple(conform(r, d) for r, d in zip(ret, wants))
+        return out if type(ret) is tuple else type(ret)(out)
+    if isinstance(ret, torch.Tensor) and dtypes is not None:
+        want = torch_dtype(dtypes)
+        if ret.dtype != want:
+            return ret.to(want)
+    return ret
+
+
 def empty(size: Sequence[int], stride: Sequence[int], dtype: str) -> torch.Tensor:
     """An uninitialised host tensor (used for outputs with no elements)."""
     return torch.empty_strided(tuple(size), tuple(stride), dtype=torch_dtype(dtype))

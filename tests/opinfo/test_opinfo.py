@@ -109,3 +109,28 @@ def test_any_all_of_non_bool_values_test_nonzero():
     check(lambda *xs: tuple(r for x in xs for r in (x.any(1), x.all(1), x.any(), x.all(0, keepdim=True),
                                                    x[5, 0].any())), *xs)
     assert stats.compiled()["graph_fallbacks"] == 0 and not stats.fallback_ops()
+
+
+def test_bf16_batch_norm_fallback_whose_eager_dtype_differs_from_its_meta():
+    """OpInfo ``_native_batch_norm_legit`` in bf16 with running stats: the op is a declared
+    fallback, and eager CPU returns its updated running mean / var in bf16 where the meta (and so
+    the graph) says fp32; the next kernel read them as fp32 and the call failed with
+    ``TypeError: cannot reinterpret torch.bfloat16 as torch.float32``. Fallback results are now
+    converted to the graph's dtypes (``host.conform``)."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 5, 5, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(5, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(5, dtype=torch.bfloat16, requires_grad=True)
+
+    def fn(x, w, b, rm, rv):
+        out = torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.1, 1e-5)
+        return out[0], rm, rv
+    running = torch.randn(5, dtype=torch.bfloat16), torch.rand(5, dtype=torch.bfloat16)
+    eager_stats = [t.clone() for t in running]
+    want = fn(x, w, b, *eager_stats)
+    got_stats = [t.clone() for t in running]
+    got = torch.compile(fn, backend="neuron", options={"cache": False})(x, w, b, *got_stats)
+    torch._dynamo.reset()
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e)

@@ -109,3 +109,16 @@ def test_load_sibling_unique_per_directory(tmp_path):
     mb = host.load_sibling(str(tmp_path / "b" / "wrapper.py"), "kernels")
     assert (ma.VALUE, mb.VALUE) == (1, 2) and ma.__name__ != mb.__name__
     assert os.path.samefile(ma.__file__, tmp_path / "a" / "kernels.py")
+
+
+def test_conform_converts_only_results_whose_dtype_differs():
+    """A declared fallback's eager result in another dtype than the graph's fake tensor is
+    converted; matching results are returned as they are (no copy); non-tensors pass through."""
+    a, b = torch.ones(3, dtype=torch.bfloat16), torch.zeros(2)
+    out = host.conform((a, b, 7), ("float32", "float32", None))
+    assert out[0].dtype == torch.float32 and out[1] is b and out[2] == 7
+    assert host.conform(a, "bfloat16") is a
+    ret = torch.return_types.max((a, torch.zeros(3, dtype=torch.long)))
+    conformed = host.conform(ret, ("float32", "int64"))
+    assert type(conformed) is type(ret) and conformed.values.dtype == torch.float32
+    assert len(host.conform((a, b), ("float32",))) == 2  # fewer dtypes than results: none dropped
