@@ -114,15 +114,28 @@ def run_case(c: Case) -> Outcome:
         torch._dynamo.reset()
     if len(got) != len(want):
         return Outcome("wrong-fwd", f"{len(got)} outputs, eager {len(want)}")
-    for k, (g, w) in enumerate(zip(got, want)):
+    ref: list = []  # the fp32 run, made on the first low-precision mismatch
+
+    def differs(kind: str, k: int, g: torch.Tensor, w: torch.Tensor) -> str | None:
         bad = _close(g, w, c.noisy)
+        if bad and c.noisy:
+            if not ref:
+                ref.append(_fp32_run(c, seeds))
+            vals = ref[0][kind] if ref[0] else []
+            r = vals[k] if k < len(vals) else None
+            if r is not None and _within_eager_error(g, w, r):
+                return None
+        return bad
+
+    for k, (g, w) in enumerate(zip(got, want)):
+        bad = differs("out", k, g, w)
         if bad:
             return Outcome("wrong-fwd", f"output {k}: {bad}")
     for k, (a, b) in enumerate(zip(ca, ea)):
         if (a.grad is None) != (b.grad is None):
             return Outcome("wrong-grad", f"input {k}: grad missing on one side")
         if a.grad is not None:
-            bad = _close(a.grad, b.grad, c.noisy)
+            bad = differs("grad", k, a.grad, b.grad)
             if bad:
                 return Outcome("wrong-grad", f"input {k}.grad: {bad}")
     if stats.compiled()["graph_fallbacks"]:
@@ -131,6 +144,39 @@ def run_case(c: Case) -> Outcome:
     if fb:
         return Outcome("fallback", ", ".join(sorted(map(str, fb))))
     return Outcome("ok")
+
+
+def _fp32_run(c: Case, seeds: list[torch.Tensor]) -> dict[str, list] | None:
+    """The sample run eagerly with its low-precision float tensors in float32: outputs ("out") and
+    input gradients ("grad"), the reference a bf16 result is judged by. None when the op refuses."""
+    ra = []
+    for t in c.tensors:
+        u = t.detach().clone()
+        if u.is_floating_point() and u.dtype != torch.float64:
+            u = u.float()
+        ra.append(u.requires_grad_(t.requires_grad))
+    try:
+        out = _flat_tensors(c.fn(*ra))
+        diff = [t for t in out if t.requires_grad]
+        if diff:
+            torch.autograd.backward(diff, [s.float() for s in seeds])
+    except Exception:  # noqa: BLE001 - no reference, the comparison with eager stands
+        return None
+    return {"out": out, "grad": [a.grad for a in ra]}
+
+
+def _within_eager_error(got: torch.Tensor, want: torch.Tensor, ref: torch.Tensor) -> bool:
+    """A low-precision result that differs from eager's but is no farther from the fp32 result than
+    twice eager's own distance, per element, plus the noisy tolerance: a fused kernel keeps
+    intermediates in fp32 where eager rounds each op to bf16, and is then the closer of the two."""
+    if ref.shape != got.shape or not ref.is_floating_point():
+        return False
+    g, w, r = (t.detach().double() for t in (got, want, ref))
+    finite = torch.isfinite(r)
+    if not torch.equal(finite, torch.isfinite(g)):
+        return False
+    scale = float(r[finite].abs().max()) if finite.any() else 1.0
+    return bool(((g - r).abs()[finite] <= 2 * (w - r).abs()[finite] + 1e-2 * (1 + scale)).all())
 
 
 def op_db() -> list:

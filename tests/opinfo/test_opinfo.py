@@ -134,3 +134,16 @@ def test_bf16_batch_norm_fallback_whose_eager_dtype_differs_from_its_meta():
     for g, e in zip(got, want):
         assert g.dtype == e.dtype
         torch.testing.assert_close(g, e)
+
+
+def test_bf16_judge_passes_a_result_closer_to_fp32_and_fails_a_wrong_one():
+    """A bf16 sample whose compiled result differs from eager bf16's is judged by the fp32 run:
+    OpInfo ``hinge_embedding_loss`` (sample 2) gives fp32 -0.6507, eager bf16 -0.7344 (each op
+    rounded to bf16), compiled -0.6719 (fp32 intermediates in the fused kernel). A result farther
+    from fp32 than twice eager's error still fails."""
+    from tests.opinfo.sweep import _within_eager_error
+    ref = torch.tensor([-0.6507])
+    eager = torch.tensor([-0.7344], dtype=torch.bfloat16)
+    assert _within_eager_error(torch.tensor([-0.6719], dtype=torch.bfloat16), eager, ref)
+    assert not _within_eager_error(torch.tensor([-0.95], dtype=torch.bfloat16), eager, ref)
+    assert not _within_eager_error(torch.tensor([float("nan")], dtype=torch.bfloat16), eager, ref)
