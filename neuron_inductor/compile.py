@@ -69,6 +69,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, 
             log.warning("neuron_inductor: internal error compiling graph %s (%s: %s); this graph runs "
                         "eagerly instead (declared graph fallback). Please report it with "
                         "NEURON_INDUCTOR_DEBUG_DIR set.", name, type(e).__name__, e)
+            log.debug("neuron_inductor: traceback of the internal error in graph %s", name, exc_info=True)
             stats.record_compile(graph_fallbacks=1)
             stats.record_fallback_op(f"<whole {kind} graph>")
             return _eager_graph(gm)

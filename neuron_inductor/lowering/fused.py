@@ -328,7 +328,9 @@ class FusedEmitter:
         """The value of a view or pointwise node from its arguments' values."""
         if n.target in ORDER_PRESERVING_VIEWS or n.target is EXPAND:
             return self._arg(n, n.args[0], loads)  # an expand reads the same tile along the broadcast
-        fn = POINTWISE[n.target]
+        fn = POINTWISE.get(n.target)
+        if fn is None:  # e.g. a permute in a sibling-GEMM epilogue: the group is split instead
+            raise LoweringError(f"{n.target} is not computed inside a fused kernel")
         skip0 = n.target is torch.ops.aten.copy_.default  # destination: written, not read
         args = [None if (skip0 and i == 0) else self._arg(n, a, loads) for i, a in enumerate(n.args)]
         kwargs = {k: self._arg(n, v, loads) for k, v in n.kwargs.items()}

@@ -138,8 +138,8 @@ def conform(ret: object, dtypes: str | tuple | None) -> object:
         out = tuple(conform(r, d) for r, d in zip(ret, wants))
         return out if type(ret) is tuple else type(ret)(out)
     if isinstance(ret, torch.Tensor) and dtypes is not None:
-        want = torch_dtype(dtypes)
-        if ret.dtype != want:
+        want = getattr(torch, dtypes, None)  # any torch dtype: a fallback may return uint64 etc.
+        if isinstance(want, torch.dtype) and ret.dtype != want:
             return ret.to(want)
     return ret
 

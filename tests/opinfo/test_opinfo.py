@@ -147,3 +147,13 @@ def test_bf16_judge_passes_a_result_closer_to_fp32_and_fails_a_wrong_one():
     assert _within_eager_error(torch.tensor([-0.6719], dtype=torch.bfloat16), eager, ref)
     assert not _within_eager_error(torch.tensor([-0.95], dtype=torch.bfloat16), eager, ref)
     assert not _within_eager_error(torch.tensor([float("nan")], dtype=torch.bfloat16), eager, ref)
+
+
+def test_qr_backward_compiles_without_a_graph_fallback():
+    """OpInfo ``qr`` float32: the backward's sibling-GEMM group took a ``permute`` into its shared
+    epilogue, which the fused emitter does not compute; the ``KeyError`` sent the whole backward
+    graph to eager. Such a node is now a lowering refusal, so the group is split and lowered."""
+    x = torch.randn(5, 5, requires_grad=True)
+    stats.reset()
+    check(lambda x: tuple(torch.linalg.qr(x)), x, grad=True)
+    assert stats.compiled()["graph_fallbacks"] == 0

@@ -122,3 +122,5 @@ def test_conform_converts_only_results_whose_dtype_differs():
     conformed = host.conform(ret, ("float32", "int64"))
     assert type(conformed) is type(ret) and conformed.values.dtype == torch.float32
     assert len(host.conform((a, b), ("float32",))) == 2  # fewer dtypes than results: none dropped
+    u = torch.zeros(2, dtype=torch.uint64)  # no kernel dtype, but a fallback may return it
+    assert host.conform(u, "uint64") is u
