@@ -157,3 +157,13 @@ def test_qr_backward_compiles_without_a_graph_fallback():
     stats.reset()
     check(lambda x: tuple(torch.linalg.qr(x)), x, grad=True)
     assert stats.compiled()["graph_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.view_as_real(torch.fft.fft(x)),
+                                lambda x: torch.view_as_real(torch.fft.rfft(x)),
+                                lambda x: torch.hash_tensor(x)], ids=["fft", "rfft", "hash_tensor"])
+def test_fallbacks_returning_dtypes_kernels_never_take(fn):
+    """complex64 (``fft``) and uint64 (``hash_tensor``) results of declared fallbacks pass through
+    the wrapper's dtype check (``host.conform``) untouched."""
+    x = torch.randn(5, 6, 7)
+    check(fn, x)
