@@ -32,7 +32,7 @@ class RoutingPin:
       Dynamo inlines the mode's handler, so the compiled graph takes the recorded indices as inputs.
     - ``"masks"``: for routers whose ``topk`` input is exactly a module's output (up to a dtype
       cast and a reshape; jetmoe's ``self.layer(h).float().topk(...)``), a forward hook adds a
-      mask buffer to that output: 0 at the recorded choices, -inf elsewhere. The model's own
+      constant mask to that output: 0 at the recorded choices, -inf elsewhere. The model's own
       ``topk`` then picks the recorded experts and sees their scores unchanged (x + 0 == x). It
       exists because Dynamo cannot resume a frame under a torch function mode after a graph break
       (jetmoe's ``expert_size.tolist()``): with ``"mode"`` that compiled replay fails in
