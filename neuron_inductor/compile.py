@@ -33,12 +33,7 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
                          user_kernel_calls=len(program.user_kernel_calls),  # hand-written kernels called
                          collectives=len(program.collectives),  # declared host calls, not fallbacks
                          aten_ops=built.meta["n_aten_ops"])
-    for op, _shapes, _reason in fallbacks:
-        stats.record_fallback_op(op)
-    if fallbacks and cfg.fallback == "warn":
-        lines = "\n".join(f"  {op}({shapes}): {reason}" for op, shapes, reason in fallbacks)
-        log.warning("neuron_inductor: graph %s runs %d op(s) eagerly on the host (declared "
-                    "fallbacks):\n%s", name, len(fallbacks), lines)
+    stats.report_fallbacks(name, list(fallbacks), cfg.fallback == "warn")
     return Artifact(dict(built.sources), built.meta)
 
 

@@ -122,6 +122,21 @@ def record_fallback_op(op: str, n: int = 1) -> None:
         FALLBACK_OPS[op] += n
 
 
+def report_fallbacks(graph: str, fallbacks: list[tuple[str, str, str]], warn: bool,
+                     cached: bool = False) -> None:
+    """Count a graph's declared fallbacks (op, shapes, reason) and, with ``warn``, log them once.
+
+    Called when a graph is compiled and when it is loaded from the on-disk cache in a new process,
+    so a warm cache reports the same host ops a cold compile does."""
+    for op, _shapes, _reason in fallbacks:
+        record_fallback_op(op)
+    if fallbacks and warn:
+        lines = "\n".join(f"  {op}({shapes}): {reason}" for op, shapes, reason in fallbacks)
+        log.warning("neuron_inductor: graph %s%s runs %d op(s) eagerly on the host (declared "
+                    "fallbacks):\n%s", graph, " (from the compile cache)" if cached else "",
+                    len(fallbacks), lines)
+
+
 def record_cache(event: str, n: float = 1, *, reason: str | None = None) -> None:
     """One cache event (``hits``, ``misses``, ``bypasses`` with a ``reason``...) in this process."""
     with _lock:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch.fx
 
+from .. import stats
 from . import counters as _stats
 from . import dynamo as _dynamo
 from . import validate
@@ -106,7 +107,7 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         if n:
             log.debug("swept %d stale temp dir(s) in %s", n, root)
 
-    hit = _try_load(store, key)
+    hit = _try_load(store, key, cfg.fallback == "warn")
     if hit is not None:
         return hit
 
@@ -125,7 +126,7 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         return _bypass("unwritable", root, f"compile cache dir {root} is not writable ({e}); "
                        "compiling without the cache", compile_fn)
     try:
-        hit = _try_load(store, key)  # the process we waited for may have published it
+        hit = _try_load(store, key, cfg.fallback == "warn")  # the process we waited for may have published it
         if hit is not None:
             return hit
         _stats.count("misses", root=root)
@@ -174,7 +175,17 @@ def _lookup(store: Store, key: str) -> Path | None:
     return None if found is None else found[0]
 
 
-def _try_load(store: Store, key: str) -> Callable | None:
+def _report_cached_fallbacks(meta: Any, warn: bool) -> None:
+    """The declared fallbacks the entry's compile reported, reported again in this process (a
+    graph loaded from disk runs the same host ops). Malformed metadata reports nothing."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("fallbacks"), list):
+        return
+    found = [(str(f.get("op"))[:200], str(f.get("shapes"))[:400], str(f.get("reason"))[:400])
+             for f in meta["fallbacks"] if isinstance(f, dict)]
+    stats.report_fallbacks(str(meta.get("graph_name", "?"))[:200], found, warn, cached=True)
+
+
+def _try_load(store: Store, key: str, warn: bool = True) -> Callable | None:
     entry = _lookup(store, key)
     if entry is None:
         return None
@@ -188,9 +199,11 @@ def _try_load(store: Store, key: str) -> Callable | None:
         return None
     store.touch_hit(entry)
     try:  # verify() checked the shape: a number or absent
-        saved = float(json.loads((entry / META).read_text()).get("compile_seconds") or 0.0)
+        meta = json.loads((entry / META).read_text())
+        saved = float(meta.get("compile_seconds") or 0.0)
     except (OSError, ValueError, TypeError, AttributeError):
-        saved = 0.0
+        meta, saved = {}, 0.0
+    _report_cached_fallbacks(meta, warn)
     _stats.count("hits")
     _stats.count("hits_disk")
     _stats.count("compile_seconds_saved", saved)

@@ -272,3 +272,33 @@ def test_warm_hits_match_eager_on_edge_inputs(cache_dir, name, fn, make, train):
         for g, r in zip(got, ref):
             torch.testing.assert_close(g, r, **tol)
     assert stats()["dynamo_hits"] + sum(stats()["dynamo_bypasses"].values()) >= 1
+
+
+class Sorted(torch.nn.Module):
+    def forward(self, x):
+        return x.sort(-1).values * 2  # sort: a declared fallback
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_warm_hit_reports_the_declared_fallbacks_again(cache_dir, caplog, grad):
+    """A graph served from disk runs the same host ops as its cold compile: the new process counts
+    them (``stats.fallback_ops``) and logs them once, as the cold compile did."""
+    from neuron_inductor import stats as global_stats
+    model, x = Sorted(), torch.randn(3, 8, requires_grad=grad)
+
+    def run():
+        torch._dynamo.reset()
+        clear_memory()
+        global_stats.reset()
+        out = torch.compile(model, backend="neuron")(x)
+        if grad:
+            out.sum().backward()
+        return out
+    torch.testing.assert_close(run(), model(x))
+    assert global_stats.fallback_ops()["aten.sort.default"] >= 1
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="neuron_inductor"):
+        torch.testing.assert_close(run(), model(x))
+    assert stats()["hits_disk"] >= 1 and stats()["misses"] == 0
+    assert global_stats.fallback_ops()["aten.sort.default"] >= 1
+    assert "from the compile cache" in caplog.text and "aten.sort.default" in caplog.text
