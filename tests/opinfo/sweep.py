@@ -38,6 +38,7 @@ class Case:
     tensors: list[torch.Tensor]
     fn: Any
     noisy: bool
+    dim: int | None = None  # the sample's ``dim`` argument (``topk``'s tie check)
 
     def describe(self) -> str:
         shapes = ", ".join(f"{list(t.shape)}:{str(t.dtype).replace('torch.', '')}" for t in self.tensors)
@@ -71,7 +72,9 @@ def cases(op, dtype: torch.dtype, grad: bool, limit: int) -> Iterator[Case]:
             inp, args, kwargs = pytree.tree_unflatten(vals, _spec)
             return _op(inp, *args, **kwargs)
 
-        yield Case(op.name, i, dtype, [leaves[k] for k in slots], fn, noisy=dtype != torch.float32)
+        dim = s.kwargs.get("dim", s.args[1] if len(s.args) > 1 else -1) if op.name == "topk" else None
+        yield Case(op.name, i, dtype, [leaves[k] for k in slots], fn, noisy=dtype != torch.float32,
+                   dim=dim)
 
 
 def _flat_tensors(x) -> list[torch.Tensor]:
@@ -127,7 +130,10 @@ def run_case(c: Case) -> Outcome:
                 return None
         return bad
 
+    tied = c.op == "topk" and not torch.equal(got[1], want[1]) and _same_tied_values(c, got, want)
     for k, (g, w) in enumerate(zip(got, want)):
+        if tied and k == 1:
+            continue
         bad = differs("out", k, g, w)
         if bad:
             return Outcome("wrong-fwd", f"output {k}: {bad}")
@@ -135,7 +141,10 @@ def run_case(c: Case) -> Outcome:
         if (a.grad is None) != (b.grad is None):
             return Outcome("wrong-grad", f"input {k}: grad missing on one side")
         if a.grad is not None:
-            bad = differs("grad", k, a.grad, b.grad)
+            expected = b.grad
+            if tied and k == 0 and seeds:  # the values' gradient lands on the compiled indices
+                expected = torch.zeros_like(b.grad).scatter_add(c.dim, got[1], seeds[0].to(b.grad.dtype))
+            bad = differs("grad", k, a.grad, expected)
             if bad:
                 return Outcome("wrong-grad", f"input {k}.grad: {bad}")
     if stats.compiled()["graph_fallbacks"]:
@@ -144,6 +153,17 @@ def run_case(c: Case) -> Outcome:
     if fb:
         return Outcome("fallback", ", ".join(sorted(map(str, fb))))
     return Outcome("ok")
+
+
+def _same_tied_values(c: Case, got: list, want: list) -> bool:
+    """``topk`` indices that differ from eager's only among equal values: torch leaves the order
+    of tied values unspecified (the compiled kernel takes the lowest index first), so indices are
+    right when they select the values eager returned."""
+    x, g, w = c.tensors[0].detach(), got[1], want[1]
+    if g.shape != w.shape or g.dtype != w.dtype or x.dim() == 0:
+        return False
+    picked, expected = x.gather(c.dim, g), want[0].detach()
+    return bool(((picked == expected) | (picked.isnan() & expected.isnan())).all())
 
 
 def _fp32_run(c: Case, seeds: list[torch.Tensor]) -> dict[str, list] | None:
