@@ -9,6 +9,7 @@ import torch.fx as fx
 
 from .cat_layout import cat_into_permuted_layout
 from .cat_select import cat_to_select
+from .effects import is_impure, strip_effect_tokens
 from .rotary_pattern import rotary_into_cat, rotary_to_kernel
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
@@ -18,8 +19,8 @@ aten = torch.ops.aten
 
 
 def dead_code_elimination(gm: fx.GraphModule) -> None:
-    """Drop nodes nobody uses (mutating ops are kept)."""
-    gm.graph.eliminate_dead_code()
+    """Drop nodes nobody uses (mutating ops and effect-only calls are kept)."""
+    gm.graph.eliminate_dead_code(is_impure)
 
 
 def _key(node: fx.Node):
@@ -177,6 +178,7 @@ def full_like_to_full(gm: fx.GraphModule) -> None:
 
 PASSES: list[Callable[[fx.GraphModule], None]] = [
     strip_rng_wrappers,
+    strip_effect_tokens,
     fold_empty_operands,
     full_like_to_full,
     fold_wide_scalar_operands,

@@ -16,6 +16,7 @@ import torch
 from torch import fx
 
 from ..lowering.rotary import ROTARY, ROTARY_CAT, supported
+from .effects import is_impure
 
 aten = torch.ops.aten
 
@@ -204,7 +205,7 @@ def rotary_into_cat(gm: fx.GraphModule) -> None:
     if not gm.meta.get("fusion", True):
         return
     g = gm.graph
-    g.eliminate_dead_code()  # the earlier rewrites leave dead readers of the pieces behind
+    g.eliminate_dead_code(is_impure)  # the earlier rewrites leave dead readers of the pieces behind
     for node in list(g.nodes):
         if not _is(node, aten.cat.default) or not isinstance(node.args[0], (list, tuple)):
             continue
