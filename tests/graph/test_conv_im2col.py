@@ -35,7 +35,10 @@ def test_conv_bf16_and_no_bias():
     x = torch.randn(2, 8, 6, 6, generator=g).bfloat16()
     w = (torch.randn(4, 8, 3, 3, generator=g) / 8.5).bfloat16()
     stats.reset("compile", "fallback_ops")
-    check(lambda x, w: F.conv2d(x, w, padding=1, stride=2), x, w, grad=True, fallback="error")
+    # eager's bf16 conv backward rounds differently with the thread count (oneDNN blocking): under
+    # pytest -n 2 one weight-gradient element of 288 (a 72-term bf16 sum) moved by 1.5e-2
+    check(lambda x, w: F.conv2d(x, w, padding=1, stride=2), x, w, grad=True, fallback="error",
+          atol=3e-2, rtol=1.6e-2)
     assert not stats.fallback_ops()
 
 
