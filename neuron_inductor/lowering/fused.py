@@ -263,11 +263,14 @@ class FusedEmitter:
                 out.append(n)
         return out
 
-    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict, loads: dict) -> None:
+    def _release_dead(self, n: fx.Node, remaining: dict, refs: dict, loads: dict,
+                      pinned: set) -> None:
         """Recycle the tiles of values whose last use in this pass was ``n``. A tile that also holds
         a cached leaf load stays: a member computed through a view of a leaf (``clone(x[:, ::2])``)
-        shares the load's tile, and later readers of the leaf get that cached tile."""
-        held = {id(v.region.tile) for v in loads.values() if v.region is not None}
+        shares the load's tile, and later readers of the leaf get that cached tile. So does a tile
+        in ``pinned``: it holds a value this pass does not count (a reduction, a value the post
+        pass reads), and a view of that value shares it (``amax(x, 1).unsqueeze(1)``)."""
+        held = {id(v.region.tile) for v in loads.values() if v.region is not None} | pinned
         for a in dict.fromkeys(n.all_input_nodes):  # in argument order: a deterministic pool
             if a not in remaining:
                 continue
@@ -292,7 +295,16 @@ class FusedEmitter:
         for n in self.g.nodes:
             if any(u in later for u in n.users):
                 remaining.pop(n, None)  # needed by the post pass: keep
+        # A tile's count is the number of live values in it (views share their base's tile);
+        # values computed before this pass (seeded, or by the pre pass) count from the start.
         refs: dict = {}
+        pinned: set = set()  # ids of tiles holding values ``remaining`` does not count
+        for a, v in self.vals.items():
+            if v.region is not None:
+                if a in remaining:
+                    refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
+                else:
+                    pinned.add(id(v.region.tile))
         for n in self.g.nodes:
             is_post = n in self.tp.post
             if n in self.tp.col_post:
@@ -300,9 +312,6 @@ class FusedEmitter:
             if n in self.tp.seeded:
                 if n in self.g.outputs:
                     self._store(n, self.vals[n])
-                if n in remaining:
-                    t = self.vals[n].region.tile
-                    refs[t] = refs.get(t, 0) + 1
                 continue
             if pre_only and is_post:
                 continue
@@ -320,9 +329,12 @@ class FusedEmitter:
                     not (n in self.tp.reductions and self.tp.accumulate):
                 self._store(n, self.vals[n])
             v = self.vals.get(n)
-            if v is not None and v.region is not None and n in remaining:
-                refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
-            self._release_dead(n, remaining, refs, loads)
+            if v is not None and v.region is not None:
+                if n in remaining:
+                    refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
+                else:
+                    pinned.add(id(v.region.tile))
+            self._release_dead(n, remaining, refs, loads, pinned)
 
     def _compute(self, n: fx.Node, loads) -> TVal:
         """The value of a view or pointwise node from its arguments' values."""

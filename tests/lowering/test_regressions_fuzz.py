@@ -193,3 +193,23 @@ def test_reduced_value_expanded_on_a_new_axis_of_the_reduced_axis_size():
     def flat_ok(x):  # the domain's own dims, squeezed: still fused and right
         return ((x.sum(-1, keepdim=True) * x).squeeze(1),)
     check_no_fallback(flat_ok, torch.randn(7, 1, 3, 5, 3))
+
+
+def test_reduction_read_through_a_view_and_later_directly_keeps_its_tile():
+    """fuzz seed 940200: x0.grad NaN in all 130 elements. The backward reads ``amax`` first through
+    ``unsqueeze`` (mul_1) and later through ``alias -> view`` (the amax gradient's ``eq``). The
+    view shared the reduction's tile and counted it as its own: at the view's last use the tile was
+    recycled and ``mul_2`` overwrote the maximum before ``eq`` read it."""
+    torch.manual_seed(940200)
+
+    def prog(x0):
+        v1 = x0.amax(1)
+        v2 = v1.unsqueeze(1)
+        return (v2 * x0,)
+    check_no_fallback(prog, torch.randn(130, 1))
+
+    def wide(x0, x1):  # the same order of reads over a reduced axis of 300
+        m = x0.amax(1)
+        a = m.unsqueeze(1) * x1
+        return (a + x1 * x0, (m.view(-1, 1) == x0).float() * x1)
+    check_no_fallback(wide, torch.randn(130, 300), torch.randn(130, 300), grad=False)
