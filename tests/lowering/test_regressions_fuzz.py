@@ -213,3 +213,11 @@ def test_reduction_read_through_a_view_and_later_directly_keeps_its_tile():
         a = m.unsqueeze(1) * x1
         return (a + x1 * x0, (m.view(-1, 1) == x0).float() * x1)
     check_no_fallback(wide, torch.randn(130, 300), torch.randn(130, 300), grad=False)
+
+    def keepdim(x0, x1):  # fuzz seed 940455: x0.grad NaN, amax(keepdim) read through a reshape
+        v1 = x0.amax(-2, keepdim=True)
+        v4 = v1.reshape(3)
+        v7 = torch.var(torch.minimum(v1, v4), dim=-1, correction=0, keepdim=True)
+        return (F.linear(v7, x1), v4 - v4, torch.cos(v1))
+    torch.manual_seed(940455)
+    check_no_fallback(keepdim, torch.randn(1, 3), torch.randn(300, 1))
