@@ -40,6 +40,17 @@ from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
 EXPAND = torch.ops.aten.expand.default
 
 
+def _count_tile(n: fx.Node, v, remaining: dict, refs: dict, pinned: set) -> None:
+    """Count ``n``'s value in its tile's references, or pin the tile when the pass does not count
+    ``n``'s uses (its tile must then outlive every view that shares it)."""
+    if v is None or v.region is None:
+        return
+    if n in remaining:
+        refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
+    else:
+        pinned.add(id(v.region.tile))
+
+
 class FusedEmitter:
     """Emits the instructions of one fused kernel from its (immutable) tile plan ``tp``.
 
@@ -300,11 +311,7 @@ class FusedEmitter:
         refs: dict = {}
         pinned: set = set()  # ids of tiles holding values ``remaining`` does not count
         for a, v in self.vals.items():
-            if v.region is not None:
-                if a in remaining:
-                    refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
-                else:
-                    pinned.add(id(v.region.tile))
+            _count_tile(a, v, remaining, refs, pinned)
         for n in self.g.nodes:
             is_post = n in self.tp.post
             if n in self.tp.col_post:
@@ -328,12 +335,7 @@ class FusedEmitter:
             if n in self.g.outputs and n not in self.tp.col_reds and \
                     not (n in self.tp.reductions and self.tp.accumulate):
                 self._store(n, self.vals[n])
-            v = self.vals.get(n)
-            if v is not None and v.region is not None:
-                if n in remaining:
-                    refs[v.region.tile] = refs.get(v.region.tile, 0) + 1
-                else:
-                    pinned.add(id(v.region.tile))
+            _count_tile(n, self.vals.get(n), remaining, refs, pinned)
             self._release_dead(n, remaining, refs, loads, pinned)
 
     def _compute(self, n: fx.Node, loads) -> TVal:
