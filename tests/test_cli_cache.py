@@ -97,28 +97,41 @@ def test_verify_prune_clear_exit_codes(populated):
     assert cli(d, "no-such-command").returncode == 2
 
 
-def test_export_import_needs_trust_then_roundtrips(populated, tmp_path):
-    d, by_n = populated
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """A real compiled cache (forward, backward, Dynamo plan): export carries the program data."""
+    from _archive import make_real
+
+    d = tmp_path_factory.mktemp("real")
+    return make_real(d / "cache", d)
+
+
+def test_export_import_needs_trust_then_roundtrips(real, tmp_path):
+    d = tmp_path / "cache"
+    shutil.copytree(real.root, d)
     tar = tmp_path / "warm.tar.gz"
-    cli(d, "export", str(tar), check_rc=0)
+    out = cli(d, "export", str(tar), check_rc=0).stdout
+    assert "exported 2 entries" in out and "1 local-only" in out  # the Dynamo plan stays
     other = tmp_path / "other"
     refused = cli(other, "import", str(tar))  # unsigned, no --trust: listed, nothing installed
     assert refused.returncode == 1 and "--trust" in refused.stderr
     assert json.loads(cli(other, "list", "--json").stdout) == []
     dry = cli(other, "import", str(tar), "--dry-run", check_rc=0).stdout
-    for e in by_n.values():
-        assert e.key in dry
-    assert "llama_fwd" in dry and "wrapper.py" in dry and "nothing was written" in dry
+    for k in (real.forward, real.backward):
+        assert k in dry
+    assert "_forward_" in dry and "_backward_" in dry
+    assert "program.json" in dry and "wrapper.py" not in dry and "nothing was written" in dry
     res = json.loads(cli(other, "import", str(tar), "--trust", "--json", check_rc=0).stdout)
-    assert sorted(res["imported"]) == sorted(e.key for e in by_n.values())
-    assert cli(other, "verify", check_rc=0).stdout.startswith("3 ok")
+    assert sorted(res["imported"]) == sorted([real.forward, real.backward])
+    assert cli(other, "verify", check_rc=0).stdout.startswith("2 ok")
     assert oct(os.stat(other).st_mode & 0o777) == "0o700"
-    shown = cli(other, "show", by_n[8].key[:10], check_rc=0).stdout
-    assert "def call(args)" in shown
+    shown = cli(other, "show", real.forward[:10], check_rc=0).stdout
+    assert "def call(args)" in shown  # the regenerated wrapper
 
 
-def test_signed_archive_installs_and_tampering_is_refused(populated, tmp_path):
-    d, by_n = populated
+def test_signed_archive_installs_and_tampering_is_refused(real, tmp_path):
+    d = tmp_path / "cache"
+    shutil.copytree(real.root, d)
     key = tmp_path / "shared.key"
     cli(d, "keygen", str(key), check_rc=0)
     assert oct(os.stat(key).st_mode & 0o777) == "0o600"
@@ -126,16 +139,16 @@ def test_signed_archive_installs_and_tampering_is_refused(populated, tmp_path):
     assert "(signed)" in cli(d, "export", str(tar), "--sign-key", str(key), check_rc=0).stdout
     other = tmp_path / "other"
     res = json.loads(cli(other, "import", str(tar), "--sign-key", str(key), "--json", check_rc=0).stdout)
-    assert res["signature"] == "valid" and len(res["imported"]) == 3
+    assert res["signature"] == "valid" and len(res["imported"]) == 2
 
     import io
     import tarfile
     bad_tar = tmp_path / "bad.tar.gz"
-    with tarfile.open(tar) as src, tarfile.open(bad_tar, "w:gz") as dst:
+    with tarfile.open(tar) as src, tarfile.open(bad_tar, "w:gz", format=tarfile.USTAR_FORMAT) as dst:
         for m in src.getmembers():
             data = src.extractfile(m).read()
-            if m.name.endswith("wrapper.py") and by_n[8].key in m.name:
-                data = b"def call(args):\n    return [args[0] * 3]\n"
+            if m.name.endswith("meta.json") and real.forward in m.name:
+                data = data.replace(b'"kind"', b'"kind" ', 1)
                 m.size = len(data)
             dst.addfile(m, io.BytesIO(data))
     third = tmp_path / "third"

@@ -4,8 +4,8 @@ Public surface: :func:`compile_cached` (the ATen-level seam, used by ``compile.p
 :func:`compile_dynamo_cached` (the Dynamo-level seam, used by ``backend.py``: a hit skips
 AOTAutograd), :class:`Artifact` (what a compile produces), :func:`stats` (counters for this process).
 Layout and fault handling: ``store.py``; the key records: ``key.py`` and ``dynamo.py``; the strict
-file schemas: ``validate.py``; maintenance used by the CLI: ``manage.py``; export/import and their
-trust model: ``transfer.py`` and ``audit.py``; design notes: design.md §5.
+file schemas: ``validate.py``; maintenance used by the CLI: ``manage.py``; export/import (data only, sources regenerated
+on import): ``transfer.py``, ``tario.py`` and ``regen.py``; user documentation: docs/cache.md.
 
 Names are resolved lazily so ``neuron-inductor cache ...`` (which only reads files) never pays for
 importing torch.
@@ -18,12 +18,24 @@ from typing import Any
 _EXPORTS = {
     "Artifact": "api", "NeuronCacheWarning": "api", "clear_memory": "api", "compile_cached": "api",
     "graph_summary": "api", "make_record": "key", "SCHEMA_VERSION": "schema", "key_of": "schema",
-    "package_fingerprint": "schema", "reset_stats": "counters", "stats": "counters",
+    "package_fingerprint": "schema",
     "CacheSecurityError": "store", "Store": "store", "default_root": "store",
     "compile_dynamo_cached": "api",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "reset_stats", "stats"])
+
+
+def stats() -> dict[str, Any]:
+    """The in-process cache counters (the ``cache`` section of :mod:`neuron_inductor.stats`)."""
+    from .. import stats as _stats
+    return _stats.cache()
+
+
+def reset_stats() -> None:
+    """Zero the in-process cache counters (``neuron_inductor.stats.reset("cache")``)."""
+    from .. import stats as _stats
+    _stats.reset("cache")
 
 
 def __getattr__(name: str) -> Any:

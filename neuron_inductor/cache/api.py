@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import torch.fx
 
 from .. import stats
-from . import counters as _stats
+from .. import stats as _stats
 from . import dynamo as _dynamo
 from . import validate
 from .key import key_of, make_record
@@ -38,10 +38,13 @@ class NeuronCacheWarning(UserWarning):
 
 @dataclass
 class Artifact:
-    """What a compile produces: generated sources by file name, and JSON-able metadata."""
+    """What a compile produces: generated sources by file name, JSON-able metadata, and ``data``:
+    JSON files the entry keeps beside them (``program.json``: the program the sources were
+    generated from, what ``cache import`` regenerates them from on another machine)."""
 
     sources: dict[str, str]
     meta: dict = field(default_factory=dict)
+    data: dict[str, str] = field(default_factory=dict)
 
 
 _memory: dict[tuple[str, str], Callable] = {}
@@ -81,19 +84,22 @@ def _load_uncached(artifact: Artifact) -> Callable:
 
 # -- the seam ---------------------------------------------------------------------------------------
 def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str, cfg: Any,
-                   compile_fn: Callable[[], Artifact]) -> Callable:
-    """Return the compiled callable for ``gm``, compiling with ``compile_fn`` only on a miss."""
+                   compile_fn: Callable[[], Artifact], record_into: _dynamo.Recording | None = None) -> Callable:
+    """Return the compiled callable for ``gm``, compiling with ``compile_fn`` only on a miss.
+
+    ``record_into``: the Dynamo-level recording this graph feeds (its ATen key is noted there), passed
+    down explicitly from :func:`compile_dynamo_cached` through the backend's compilers."""
     if not cfg.cache:
-        _stats.count("bypasses", reason="disabled")
+        _stats.count_cache("bypasses", reason="disabled")
         return _load_uncached(compile_fn())
     record = make_record(gm, example_inputs, kind, cfg)
     key = key_of(record)
-    _dynamo.note_key(kind, key)
+    _dynamo.note_key(record_into, kind, key)
     root = default_root(cfg)
     mem = _memory.get((str(root), key))
     if mem is not None:
-        _stats.count("hits")
-        _stats.count("hits_memory")
+        _stats.count_cache("hits")
+        _stats.count_cache("hits_memory")
         return mem
 
     try:
@@ -129,26 +135,27 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
         hit = _try_load(store, key, cfg.fallback == "warn")  # the process we waited for may have published it
         if hit is not None:
             return hit
-        _stats.count("misses", root=root)
+        _stats.count_cache("misses", root=root)
         log.debug("cache miss %s (%s)", key[:12], kind)
         t0 = time.perf_counter()
         artifact = compile_fn()  # raising here stores nothing; the lock is released below
         elapsed = time.perf_counter() - t0
-        _stats.count("compile_seconds", elapsed)
+        _stats.count_cache("compile_seconds", elapsed)
         meta = _complete_meta(artifact, gm, record, kind, elapsed)
         files: dict[str, str | bytes] = dict(artifact.sources)
         # compiled code beside the sources: a hit then skips compiling them (the key pins python)
         files.update(_runtime_loader().bytecode_files(artifact.sources))
+        files.update(artifact.data)
         try:
             entry = store.write(key, record, files, meta)
         except OSError as e:
             _warn_once("write_failed", root, f"could not write compile cache entry in {root} ({e}); "
                        "continuing without caching this graph")
-            _stats.count("bypasses", reason="write_failed")
+            _stats.count_cache("bypasses", reason="write_failed")
             return _load_uncached(artifact)
         evicted = store.evict(int(cfg.cache_max_bytes), keep=key)
         if evicted:
-            _stats.count("evictions", len(evicted), root=root)
+            _stats.count_cache("evictions", len(evicted), root=root)
         fn = _runtime_loader().load_dir(entry)
         _memory[(str(root), key)] = fn
         return fn
@@ -158,7 +165,7 @@ def compile_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind
 
 def _bypass(reason: str, root: Path, message: str, compile_fn: Callable[[], Artifact]) -> Callable:
     _warn_once(reason, root, message)
-    _stats.count("bypasses", reason=reason)
+    _stats.count_cache("bypasses", reason=reason)
     return _load_uncached(compile_fn())
 
 
@@ -168,7 +175,7 @@ def _lookup(store: Store, key: str) -> Path | None:
     try:
         found = store.lookup(key)
     except CorruptEntry as e:
-        _stats.count("quarantined", root=store.root)
+        _stats.count_cache("quarantined", root=store.root)
         _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry quarantined, "
                    f"recompiling: {e}")
         return None
@@ -185,28 +192,45 @@ def _report_cached_fallbacks(meta: Any, warn: bool) -> None:
     stats.report_fallbacks(str(meta.get("graph_name", "?"))[:200], found, warn, cached=True)
 
 
+def _configuration_error() -> bool:
+    """Whether kernels cannot run in this process at all (e.g. ``runtime='device'`` without its
+    toolchain): a load failure then says nothing about the entry, which must not be quarantined."""
+    try:
+        from neuron_inductor.runtime import nki
+
+        return nki.explain()["mode"] == "unavailable"
+    except Exception:  # noqa: BLE001 - cannot tell: treat the entry as the problem
+        return False
+
+
 def _try_load(store: Store, key: str, warn: bool = True) -> Callable | None:
     entry = _lookup(store, key)
     if entry is None:
         return None
+    from neuron_inductor.runtime.nki import RuntimeUnavailable
+
     try:
         fn = _runtime_loader().load_dir(entry)
+    except RuntimeUnavailable:  # a configuration error about this machine, not about the entry
+        raise
     except Exception as e:  # verified bytes that no longer load: treat like corruption
+        if _configuration_error():  # the entry is fine; this process cannot run kernels
+            raise
         store.quarantine(entry)
-        _stats.count("quarantined", root=store.root)
+        _stats.count_cache("quarantined", root=store.root)
         _warn_once(f"corrupt:{key}", store.root, f"compile cache entry {entry} failed to load ({e!r}); "
                    "quarantined, recompiling")
         return None
     store.touch_hit(entry)
     try:  # verify() checked the shape: a number or absent
-        meta = json.loads((entry / META).read_text())
+        meta = validate.read_json(entry / META)
         saved = float(meta.get("compile_seconds") or 0.0)
     except (OSError, ValueError, TypeError, AttributeError):
         meta, saved = {}, 0.0
     _report_cached_fallbacks(meta, warn)
-    _stats.count("hits")
-    _stats.count("hits_disk")
-    _stats.count("compile_seconds_saved", saved)
+    _stats.count_cache("hits")
+    _stats.count_cache("hits_disk")
+    _stats.count_cache("compile_seconds_saved", saved)
     _stats.persist(store.root, {"hits": 1, "compile_seconds_saved": saved})
     log.debug("cache hit %s (saved %.2fs)", key[:12], saved)
     _memory[(str(store.root), key)] = fn
@@ -244,20 +268,24 @@ def graph_summary(gm: torch.fx.GraphModule, top: int = 4) -> str:
 
 # -- the Dynamo-graph tier ---------------------------------------------------------------------------
 def compile_dynamo_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cfg: Any,
-                          aot_compile: Callable[[], Callable], name: str = "dynamo_graph") -> Callable:
-    """Serve a Dynamo graph from its plan (skipping AOTAutograd), else run ``aot_compile`` and, when
-    the graph qualifies (see ``dynamo.py``), store the plan naming the ATen entries it produced."""
+                          aot_compile: Callable[[_dynamo.Recording | None], Callable],
+                          name: str = "dynamo_graph") -> Callable:
+    """Serve a Dynamo graph from its plan (skipping AOTAutograd), else run ``aot_compile(rec)`` and,
+    when the graph qualifies (see ``dynamo.py``), store the plan naming the ATen entries it produced.
+
+    ``rec`` is the :class:`~.dynamo.Recording` the ATen-level compiles of this graph must report into
+    (``None`` when no Dynamo-level entry will be written); the caller hands it to its compilers."""
     if not cfg.cache:
-        return aot_compile()
+        return aot_compile(None)
     try:
         record = _dynamo.make_record(gm, example_inputs, cfg)
     except _dynamo.Bypass as e:
         _dynamo.count_bypass(str(e))
-        return aot_compile()
+        return aot_compile(None)
     except Exception as e:  # noqa: BLE001 - a graph we cannot key is compiled the usual way
         log.debug("no Dynamo-level key: %r", e)
         _dynamo.count_bypass("unkeyable")
-        return aot_compile()
+        return aot_compile(None)
     key = key_of(record)
     root = default_root(cfg)
     params = _dynamo.params_and_buffers(gm)
@@ -265,16 +293,13 @@ def compile_dynamo_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
     try:
         store = Store(root)
     except OSError:
-        return aot_compile()  # compile_cached reports the unusable dir
+        return aot_compile(None)  # compile_cached reports the unusable dir
     fn = _dynamo_hit(store, key, params, n_inputs)
     if fn is not None:
         return fn
-    rec = _dynamo.begin()
+    rec = _dynamo.Recording()
     t0 = time.perf_counter()
-    try:
-        compiled = aot_compile()
-    finally:
-        _dynamo.end()
+    compiled = aot_compile(rec)
     elapsed = time.perf_counter() - t0
 
     def publish() -> None:
@@ -288,7 +313,7 @@ def compile_dynamo_cached(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
         meta = _dynamo.meta_for(gm, record, elapsed, plan, name)
         try:
             store.write(key, record, {PLAN: json.dumps(plan, indent=1, sort_keys=True)}, meta)
-            _stats.count("dynamo_misses", root=root)
+            _stats.count_cache("dynamo_misses", root=root)
         except OSError as e:
             log.debug("could not store the Dynamo-level entry: %s", e)
 
@@ -304,7 +329,7 @@ def _dynamo_hit(store: Store, key: str, params: list, n_inputs: int) -> Callable
     if entry is None:
         return None
     try:
-        plan = validate.plan(json.loads((entry / PLAN).read_text()))
+        plan = validate.plan(validate.read_json(entry / PLAN))
     except (OSError, ValueError) as e:
         store.quarantine(entry)
         _warn_once(f"corrupt:{key}", store.root, f"corrupt compile cache entry {entry} ({e}); "
@@ -317,15 +342,15 @@ def _dynamo_hit(store: Store, key: str, params: list, n_inputs: int) -> Callable
         if k is not None:
             fn = _memory.get((str(store.root), k))
             if fn is not None:
-                _stats.count("hits")
-                _stats.count("hits_memory")
+                _stats.count_cache("hits")
+                _stats.count_cache("hits_memory")
             else:
                 fn = _try_load(store, k)
             if fn is None:  # an ATen entry was evicted or is corrupt: trace again
                 return None
             fns.append(fn)
     store.touch_hit(entry)
-    _stats.count("dynamo_hits")
+    _stats.count_cache("dynamo_hits")
     _stats.persist(store.root, {"dynamo_hits": 1})
     if plan["mode"] == "inference":
         return _dynamo.inference_runner(fns[0], params, plan["n_inputs"], plan["n_outputs"])

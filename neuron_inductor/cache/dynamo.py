@@ -15,18 +15,16 @@ goes through AOTAutograd and the ATen-level entries, and the reason is counted i
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import operator
 import sys
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
 
-from . import counters as _stats
+from .. import stats as _stats
 from .key import canonical_graph, input_record, qualified_name
 from .schema import SCHEMA_VERSION, package_fingerprint
 from ..user_kernels import digests_in
@@ -134,25 +132,17 @@ class Recording:
     on_backward: Callable[[], None] | None = None
 
 
-_local = threading.local()
-
-
-def recording() -> Recording | None:
-    return getattr(_local, "rec", None)
-
-
-def note_key(kind: str, key: str) -> None:
-    """Called by ``compile_cached``: the ATen-level key of a graph compiled under a recording."""
-    rec = recording()
+def note_key(rec: Recording | None, kind: str, key: str) -> None:
+    """Called by ``compile_cached``: the ATen-level key of a graph compiled for the recording ``rec``."""
     if rec is not None:
         if kind in rec.keys:
             rec.problem = "several_graphs"
         rec.keys[kind] = key
 
 
-def note_aten_graph(kind: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+def note_aten_graph(rec: Recording | None, kind: str, gm: torch.fx.GraphModule,
+                    example_inputs: Sequence[Any]) -> None:
     """Called by the backend's ATen compilers: what the runtime wrapper must know about ``gm``."""
-    rec = recording()
     if rec is None:
         return
     try:
@@ -170,6 +160,30 @@ def _outputs(gm: torch.fx.GraphModule) -> list:
     return list(out.args[0]) if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
 
 
+#: every field of AOTAutograd's private ``ViewAndMutationMeta`` that :func:`_describe` reads, and of
+#: its ``input_info`` / ``output_info`` entries. A torch that renames one must not turn this tier off
+#: unnoticed: tests/cache/test_dynamo_aot_fields.py checks each exists on the running torch (and that
+#: this list is what ``_describe`` reads); at run time a missing one is a counted bypass naming it.
+AOT_META_FIELDS = (
+    "num_mutated_inp_runtime_indices", "input_info", "num_outputs_aliased", "num_intermediate_bases",
+    "output_info", "is_rng_op_functionalized", "tokens", "grad_enabled_mutation", "subclass_inp_meta",
+    "num_symints_saved_for_bw", "num_tensors_saved_with_no_vc_check", "num_backward_tokens",
+    "num_unsafe_view_outputs", "indices_of_inputs_that_requires_grad_with_mutations_in_bw")
+#: read with a default: fields only some supported torch versions have
+AOT_META_OPTIONAL = ("dynamic_outputs", "num_opaque_objects_saved_for_bw")
+AOT_INPUT_FIELDS = ("mutates_data", "mutates_metadata", "requires_grad")
+AOT_OUTPUT_FIELDS = ("output_type", "raw_type", "requires_grad", "requires_grad_for_backward")
+
+
+def missing_aot_fields(fw: Any) -> list[str]:
+    """The fields :func:`_describe` needs that ``fw`` (one graph's ``ViewAndMutationMeta``) lacks."""
+    out = [f for f in AOT_META_FIELDS if not hasattr(fw, f)]
+    for name, fields in (("input_info", AOT_INPUT_FIELDS), ("output_info", AOT_OUTPUT_FIELDS)):
+        for entry in list(getattr(fw, name, None) or [])[:1]:
+            out += [f"{name}.{f}" for f in fields if not hasattr(entry, f)]
+    return out
+
+
 def _describe(kind: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw: Any) -> dict:
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
@@ -184,6 +198,9 @@ def _describe(kind: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         raise Bypass("no_metadata")
     from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
 
+    missing = missing_aot_fields(fw)
+    if missing:
+        raise Bypass(f"aot_metadata_fields:{','.join(missing)}")
     if fw.num_mutated_inp_runtime_indices or any(i.mutates_data or i.mutates_metadata for i in fw.input_info):
         raise Bypass("input_mutation")
     if fw.num_outputs_aliased or fw.num_intermediate_bases or \
@@ -209,27 +226,6 @@ def _describe(kind: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
             nondiff_outputs=[i for i, o in enumerate(fw.output_info) if not o.requires_grad],
             tangent_outputs=[i for i, o in enumerate(fw.output_info) if o.requires_grad_for_backward])
     return note
-
-
-def begin() -> Recording:
-    rec = Recording()
-    _local.rec = rec
-    return rec
-
-
-def end() -> None:
-    _local.rec = None
-
-
-@contextlib.contextmanager
-def active(rec: Recording | None) -> Iterator[None]:
-    """Make ``rec`` the recording while a compiler created under it runs (possibly later)."""
-    old = recording()
-    _local.rec = rec
-    try:
-        yield
-    finally:
-        _local.rec = old
 
 
 def backward_compiled(rec: Recording | None) -> None:
@@ -337,7 +333,7 @@ def training_runner(fw: Callable, bw: Callable, params_buffers: list[torch.Tenso
 
 
 def count_bypass(reason: str) -> None:
-    _stats.count("dynamo_bypasses", reason=reason)
+    _stats.count_cache("dynamo_bypasses", reason=reason)
 
 
 def meta_for(gm: torch.fx.GraphModule, record: dict, elapsed: float, plan: dict, name: str) -> dict:
@@ -354,5 +350,5 @@ def _summary(gm: torch.fx.GraphModule) -> str:
     return f"{len(ops)} torch ops: " + ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
 
 
-__all__ = ["Bypass", "Recording", "begin", "end", "active", "backward_compiled", "recording", "make_record", "note_key", "note_aten_graph", "plan_of",
+__all__ = ["Bypass", "Recording", "backward_compiled", "make_record", "note_key", "note_aten_graph", "plan_of",
            "inference_runner", "training_runner", "params_and_buffers", "count_bypass", "meta_for"]

@@ -14,9 +14,12 @@ manifest, or whose files do not match its checksums, is never executed. ``hits``
 manifest: it grows by one byte per hit (an O_APPEND write is atomic across processes) and its mtime is
 the last-hit time that LRU eviction sorts by.
 
-Deletion never leaves the cache: destructive commands need the marker file (the ``CACHEDIR.TAG``
-convention of ccache and backup tools), and only names of our own shape (``v<N>``, two hex digits,
-a 64-hex key) that are real directories, not symlinks, are ever listed or removed.
+Only what the cache created is the cache's: the marker file (the ``CACHEDIR.TAG`` convention of
+ccache and backup tools) is written only into a root the cache creates or finds empty, and a
+non-empty root without it is refused by every command (``cache adopt`` claims one deliberately).
+Deletion never leaves the cache: only names of our own shape (``v<N>``, two hex digits, a 64-hex
+key) that are real directories, not symlinks, are ever listed or removed. Writes never follow a
+link they did not create (``hits`` is opened ``O_NOFOLLOW``), and every JSON read is bounded.
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import stat
@@ -47,9 +49,6 @@ MARKER = "CACHEDIR.TAG"
 MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                "# This file is a cache directory tag created by neuron_inductor.\n"
                "# Its compile cache commands delete nothing in a directory without it.\n")
-#: what a cache root may hold; a directory holding only these is adopted (the marker is written)
-_ROOT_NAMES = re.compile(r"^(v[0-9]+|quarantine|stats\.json(\.lock)?|\.stats\.json\.[0-9]+\.tmp|"
-                         r"CACHEDIR\.TAG|\.import-.*)$")
 
 
 class CacheSecurityError(RuntimeError):
@@ -107,18 +106,39 @@ def _mkdir_private(path: Path) -> None:
         pass
 
 
-def _adopt(root: Path) -> None:
-    """Write the marker into a root that holds nothing but cache files (a new or older cache)."""
-    marker = root / MARKER
-    if marker.is_file() and not marker.is_symlink():
+def write_marker(root: Path) -> None:
+    """Write the marker (``O_EXCL|O_NOFOLLOW``: never through a link; a concurrent writer wins)."""
+    try:
+        fd = os.open(root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(MARKER_TEXT)
+
+
+def _claim(root: Path, created: bool) -> None:
+    """Make ``root`` ours only when we created it or it is empty; refuse anything else unmarked.
+
+    A directory that holds files and no marker is someone's folder (``--cache-dir`` pointing at the
+    wrong place), even when its names look like ours (``v1/``, ``quarantine/``): every command,
+    read-only ones included, refuses it rather than listing, writing or deleting there."""
+    if is_marked(root):
         return
     try:
-        if all(_ROOT_NAMES.match(p.name) for p in root.iterdir()):
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(MARKER_TEXT)
-    except OSError as e:  # read-only cache: still readable; destructive commands will refuse
-        log.debug("could not write %s in %s: %s", MARKER, root, e)
+        empty = not any(True for _ in os.scandir(root))
+    except OSError as e:
+        raise NotACacheError(f"cannot read the compile cache directory {root}: {e}") from None
+    if created or empty:
+        try:
+            write_marker(root)
+        except OSError as e:  # a read-only empty dir: nothing in it to protect
+            log.debug("could not write %s in %s: %s", MARKER, root, e)
+        return
+    raise NotACacheError(
+        f"{root} is not a neuron_inductor compile cache: it is not empty and has no {MARKER} marker "
+        "file, so nothing was read, written or deleted there. Check --cache-dir and "
+        "NEURON_INDUCTOR_CACHE_DIR. If it really is a neuron_inductor cache (made by a version without "
+        f"the marker), adopt it deliberately with `neuron-inductor cache adopt --cache-dir {root}`.")
 
 
 def is_marked(root: Path) -> bool:
@@ -148,7 +168,7 @@ class EntryInfo:
         """The file checked against its schema; ``{}`` when missing or of the wrong shape."""
         check = {META: validate.meta, RECORD: validate.record, PLAN: validate.plan}.get(name, validate.meta)
         try:
-            return check(json.loads((self.path / name).read_text()))
+            return check(validate.read_json(self.path / name))
         except (OSError, ValueError):
             return {}
 
@@ -158,15 +178,21 @@ class Store:
 
     def __init__(self, root: Path | str, *, create: bool = True) -> None:
         self.root = Path(root)
-        if create and not self.root.exists():
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(self.root, 0o700)
+        created = False
+        if create and not os.path.lexists(self.root):
+            self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                os.mkdir(self.root, 0o700)
+                created = True
+            except FileExistsError:
+                pass
         check_secure(self.root)
         self.vdir = self.root / f"v{SCHEMA_VERSION}"
-        _adopt(self.root)
+        _claim(self.root, created)
 
     def require_marker(self) -> None:
-        """Raise :class:`NotACacheError` unless the root carries our marker file."""
+        """Raise :class:`NotACacheError` unless the root carries our marker file (it does whenever
+        the constructor accepted a non-empty root; an empty read-only root may lack it)."""
         if not is_marked(self.root):
             raise NotACacheError(
                 f"{self.root} is not a neuron_inductor compile cache (no {MARKER} marker file with the "
@@ -193,9 +219,11 @@ class Store:
 
     # -- read ---------------------------------------------------------------------------------------
     def verify(self, entry: Path) -> dict:
-        """The manifest if every listed file matches its checksum, else :class:`CorruptEntry`."""
+        """The manifest if every listed file matches its checksum, else :class:`CorruptEntry`.
+
+        Every JSON read is bounded (size, depth); any failure to read or parse is corruption."""
         try:
-            manifest = validate.manifest(json.loads((entry / MANIFEST).read_text()))
+            manifest = validate.manifest(validate.read_json(entry / MANIFEST))
         except FileNotFoundError as e:
             raise CorruptEntry(f"{entry}: no manifest (incomplete write)") from e
         except SchemaError as e:
@@ -215,7 +243,7 @@ class Store:
             if name not in files:
                 continue
             try:
-                obj = fn(json.loads((entry / name).read_text()))
+                obj = fn(validate.read_json(entry / name))
             except (OSError, ValueError) as e:
                 raise CorruptEntry(f"{entry}: malformed {name}: {e}") from e
             if name == RECORD and key_of(obj) != manifest["key"]:
@@ -241,8 +269,9 @@ class Store:
             raise
 
     def touch_hit(self, entry: Path) -> None:
+        """One byte appended to ``hits``; never through a symlink planted in its place."""
         try:
-            fd = os.open(entry / HITS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(entry / HITS, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
                 os.write(fd, b".")
             finally:
@@ -348,7 +377,7 @@ class Store:
 
     def info(self, entry: Path) -> EntryInfo:
         try:
-            manifest: dict | None = validate.manifest(json.loads((entry / MANIFEST).read_text()))
+            manifest: dict | None = validate.manifest(validate.read_json(entry / MANIFEST))
         except (OSError, ValueError):
             manifest = None
         size = 0
@@ -362,8 +391,8 @@ class Store:
             newest = max(newest, st.st_mtime)
         created = (manifest or {}).get("created") or newest
         try:
-            hst = (entry / HITS).stat()
-            hits, last = hst.st_size, hst.st_mtime
+            hst = os.lstat(entry / HITS)
+            hits, last = (hst.st_size, hst.st_mtime) if stat.S_ISREG(hst.st_mode) else (0, 0.0)
         except OSError:
             hits, last = 0, 0.0
         return EntryInfo(key=entry.name, path=entry, manifest=manifest, size=size, created=created,

@@ -1,45 +1,51 @@
-"""``cache export`` / ``cache import``: carrying entries between machines without trusting the archive.
+"""``cache export`` / ``cache import``: carrying entries between machines as data, never as code.
 
-An archive is a ``.tar.gz`` of entry files named ``v<N>/<2 hex>/<64 hex>/<file>``, plus, when signed,
-``neuron-inductor-signature.json``: the sha256 of every member and an HMAC-SHA256 of that list under a
-key file both machines hold (never inside the archive). Import:
+An archive is a ``.tar.gz`` of plain ustar files named ``v<N>/<2 hex>/<64 hex>/<file>``, where
+``<file>`` is one of an entry's *data* files (``manifest.json``, ``record.json``, ``meta.json``,
+``program.json``), plus, when signed, ``neuron-inductor-signature.json``: the sha256 of every member
+and an HMAC-SHA256 of that list under a key file both machines hold (never inside the archive).
+No Python source or bytecode is ever carried. Import:
 
-1. unpacks with its own reader, never ``extractall``: only regular files with names of exactly that
-   shape, each written with ``O_CREAT|O_EXCL|O_NOFOLLOW`` below a fresh staging dir inside the cache,
-   under caps on member count, per-file and total size. Anything else (links, devices, FIFOs,
-   absolute or ``..`` names, other names, a member twice, too much data) refuses the whole archive;
-2. checks each entry: strict schemas, checksums, the record hashing to the key, and the static audit
-   of its sources (``audit.py``);
+1. reads the archive with its own streaming ustar reader (``tario.py``: no pax/GNU headers, no
+   quadratic parsing, bounded memory): only regular files with names of exactly that shape, each
+   written with ``O_CREAT|O_EXCL|O_NOFOLLOW`` below a fresh staging dir inside the cache, under caps
+   on member count, per-file and total size. Anything else (links, devices, FIFOs, absolute or
+   ``..`` names, other names, Python sources, a member twice, too much data) refuses the archive;
+2. checks each entry: strict, bounded schemas, checksums, the record hashing to the key, built by
+   these very neuron_inductor sources; then *regenerates* its ``kernels.py`` and ``wrapper.py`` from
+   ``program.json`` with this machine's code generator (``regen.py``: the program must agree with
+   the key's graph signature, pass the IR verifier and the kernel checks) and refuses it unless they
+   hash to what the archive's manifest claims. Entries that cannot be regenerated from data
+   (Dynamo-level plans, graphs calling hand-written kernels) are refused with the reason;
 3. installs only trusted archives (a valid signature, or ``trust=True`` after a dry run listed every
-   key, graph name and file), as fresh local entries: imported bytecode is dropped and rebuilt here
-   from the sources, so what runs is the source ``cache show`` prints. A key already present keeps
-   the local entry.
+   key, graph name and file), as fresh local entries holding the regenerated sources and bytecode
+   compiled here. A key already present keeps the local entry.
+
+Every cache command first sweeps the staging dirs of killed imports (``store.sweep_temps``).
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import json
 import os
 import re
 import shutil
 import stat
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import validate
-from .audit import AuditError, audit_sources
-from .schema import SCHEMA_VERSION, canonical_json, key_of
+from . import tario, validate
+from .regen import RegenError, regenerate, sha256
+from .schema import SCHEMA_VERSION, canonical_json, key_of, package_fingerprint
 from .store import IMPORT_PREFIX, CorruptEntry, Store, host_tag
-from .validate import MANIFEST, META, PLAN, RECORD
+from .validate import ARCHIVE_FILES, MANIFEST, META, PLAN, PROGRAM, RECORD, SOURCE_FILES
 
 SIGNATURE = "neuron-inductor-signature.json"
-_MEMBER = re.compile(r"^v([0-9]+)/([0-9a-f]{2})/([0-9a-f]{64})/([A-Za-z0-9_.-]+)$")
+_MEMBER = re.compile(r"^v([0-9]{1,6})/([0-9a-f]{2})/([0-9a-f]{64})/([A-Za-z0-9_.-]{1,64})$")
 MIN_KEY_BYTES = 16
 
 
@@ -49,7 +55,7 @@ class ArchiveError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on what an archive may unpack to (a small archive must not fill the disk)."""
+    """Caps on what an archive may unpack to (a small archive must not fill the disk or the RAM)."""
 
     max_members: int = 20000
     max_file_bytes: int = 256 << 20
@@ -92,10 +98,12 @@ def _mac(key: bytes, digests: dict[str, str]) -> str:
 # -- export -----------------------------------------------------------------------------------------
 def export(store: Store, dest: Path, keys: Iterable[str] | None = None,
            sign_key: bytes | None = None) -> dict[str, list]:
-    """Write verified entries (and the entries their plans name) to a ``.tar.gz``.
+    """Write the data of verified entries (and of the entries their plans name) to a ``.tar.gz``.
 
-    Bytecode and usage files stay behind: the importer rebuilds the former, the latter is per machine.
-    Raises :class:`ArchiveError` when nothing would be exported; no file is left behind on failure.
+    Only data files travel (record, meta, program, manifest): the importer regenerates the sources
+    from the program. Dynamo-level plans and entries without program data stay behind (listed under
+    ``local_only``; unreadable or corrupt entries under ``skipped``). Raises :class:`ArchiveError` when nothing would be exported; no file is left
+    behind on failure.
     """
     dest = Path(dest)
     if dest.is_dir():
@@ -104,11 +112,11 @@ def export(store: Store, dest: Path, keys: Iterable[str] | None = None,
         raise ArchiveError(f"directory {dest.parent} does not exist")
     by_key = {e.key: e for e in store.entries()}
     wanted = set(by_key) if keys is None else set(keys)
-    for k in list(wanted):  # a Dynamo-level entry is useless without the entries it names
+    for k in list(wanted):  # a Dynamo-level entry: export the ATen entries it names
         plan = by_key[k].read_json(PLAN) if k in by_key else {}
         wanted.update(x for x in (plan.get("forward"), plan.get("backward")) if x)
-    members: dict[str, bytes] = {}
-    done, skipped = [], []
+    members: list[tuple[str, Path]] = []
+    done, skipped, local = [], [], []
     for k in sorted(wanted):
         e = by_key.get(k)
         if e is None:
@@ -119,35 +127,50 @@ def export(store: Store, dest: Path, keys: Iterable[str] | None = None,
         except CorruptEntry as exc:
             skipped.append({"key": k, "problem": str(exc)})
             continue
+        if PLAN in manifest["files"]:
+            local.append({"key": k, "problem": "a Dynamo-level plan: not portable (the importing "
+                                                 "machine writes its own at the first compile)"})
+            continue
+        if PROGRAM not in manifest["files"]:
+            local.append({"key": k, "problem": f"no {PROGRAM} (a graph calling hand-written kernels, "
+                                                 "or an entry of an older version): its sources cannot "
+                                                 "be regenerated elsewhere"})
+            continue
         arc = e.path.relative_to(store.root).as_posix()
         for name in [*manifest["files"], MANIFEST]:
-            if not validate.is_bytecode_name(name):
-                members[f"{arc}/{name}"] = (e.path / name).read_bytes()
+            if name in ARCHIVE_FILES:
+                members.append((f"{arc}/{name}", e.path / name))
         done.append(k)
     if not done:
-        raise ArchiveError("no entries to export" + (f" ({skipped[0]['key'][:12]}: {skipped[0]['problem']})"
-                                                     if skipped else ""))
+        why = (skipped + local)[:1]
+        raise ArchiveError("no entries to export" + (f" ({why[0]['key'][:12]}: {why[0]['problem']})"
+                                                     if why else ""))
+    files: list[tuple[str, Any]] = sorted(members)
     if sign_key is not None:
-        digests = {n: hashlib.sha256(b).hexdigest() for n, b in members.items()}
-        members[SIGNATURE] = json.dumps({"format": 1, "files": digests, "hmac": _mac(sign_key, digests)},
-                                        indent=1, sort_keys=True).encode()
+        digests = {n: _sha256_file(p) for n, p in files}
+        files.append((SIGNATURE, json.dumps({"format": 1, "files": digests, "hmac": _mac(sign_key, digests)},
+                                            indent=1, sort_keys=True).encode()))
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            for name in sorted(members):
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(members[name]), 0o600, int(time.time())
-                tar.addfile(info, io.BytesIO(members[name]))
+        tario.write_archive(tmp, files, int(time.time()))
         os.replace(tmp, dest)
     finally:
         if tmp.exists():
             tmp.unlink()
-    return {"exported": done, "skipped": skipped, "signed": sign_key is not None}
+    return {"exported": done, "skipped": skipped, "local_only": local, "signed": sign_key is not None}
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 # -- extraction -------------------------------------------------------------------------------------
-def _write_member(root_fd: int, parts: list[str], data_iter: Iterable[bytes]) -> int:
-    """Create ``parts`` below ``root_fd`` without following any link; returns bytes written."""
+def _open_member(root_fd: int, parts: list[str]) -> int:
+    """Create ``parts`` below ``root_fd`` without following any link; returns a writable fd."""
     fd = os.dup(root_fd)
     try:
         for d in parts[:-1]:
@@ -158,92 +181,83 @@ def _write_member(root_fd: int, parts: list[str], data_iter: Iterable[bytes]) ->
             nfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = nfd
-        out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+        return os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
     finally:
         os.close(fd)
-    n = 0
-    with os.fdopen(out, "wb") as f:
-        for chunk in data_iter:
-            f.write(chunk)
-            n += len(chunk)
-    return n
 
 
-def extract(src: Path, staging: Path, limits: Limits = Limits()) -> list[str]:
-    """Unpack the allowed members of ``src`` into ``staging``; :class:`ArchiveError` on anything else."""
-    names: list[str] = []
+def _check_name(name: str) -> None:
+    if name == SIGNATURE:
+        return
+    g = _MEMBER.match(name)
+    if not g:
+        raise ArchiveError(f"member {name!r}: not a cache entry file (expected v<N>/<2 hex>/<64 hex>/<file>; "
+                           "absolute, '..' and other names are refused)")
+    fname = g.group(4)
+    if fname in SOURCE_FILES or validate.is_bytecode_name(fname) or fname.endswith(".py"):
+        raise ArchiveError(f"member {name!r} is Python code: archives carry data only (the sources are "
+                           "regenerated on import). An archive of an older neuron_inductor must be "
+                           "exported again")
+    if g.group(2) != g.group(3)[:2] or fname not in ARCHIVE_FILES:
+        raise ArchiveError(f"member {name!r}: unknown file name or wrong shard")
+
+
+def extract(src: Path, staging: Path, limits: Limits = Limits()) -> dict[str, str]:
+    """Stream the allowed members of ``src`` into ``staging``: ``{name: sha256}``; refuses the whole
+    archive (:class:`ArchiveError`) on anything else. Memory stays bounded by one read chunk."""
+    digests: dict[str, str] = {}
     total = 0
     root_fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        with tarfile.open(src, "r:*") as tar:
-            while True:
-                m = tar.next()
-                if m is None:
-                    break
-                if len(names) >= limits.max_members:
+        with tario.open_stream(src) as stream:
+            for m, chunks in tario.members(stream):
+                if len(digests) >= limits.max_members:
                     raise ArchiveError(f"more than {limits.max_members} members")
-                name = m.name
-                if name != SIGNATURE and not _MEMBER.match(name):
-                    raise ArchiveError(f"member {name!r}: not a cache entry file (expected "
-                                       "v<N>/<2 hex>/<64 hex>/<file>; absolute, '..' and other names "
-                                       "are refused)")
-                if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-                    kind = ("a symlink" if m.issym() else "a hard link" if m.islnk() else
-                            "a FIFO" if m.isfifo() else "a device file" if m.isdev() else "a directory" if m.isdir() else
-                            f"type {m.type!r}")
-                    raise ArchiveError(f"member {name!r} is {kind}; only regular files are accepted")
-                g = _MEMBER.match(name)
-                if g and (g.group(2) != g.group(3)[:2] or not validate.is_entry_file(g.group(4))):
-                    raise ArchiveError(f"member {name!r}: unknown file name or wrong shard")
+                _check_name(m.name)
                 if m.size > limits.max_file_bytes:
-                    raise ArchiveError(f"member {name!r} is {m.size} bytes (limit {limits.max_file_bytes})")
+                    raise ArchiveError(f"member {m.name!r} is {m.size} bytes (limit {limits.max_file_bytes})")
                 if total + m.size > limits.max_total_bytes:
                     raise ArchiveError(f"archive unpacks to more than {limits.max_total_bytes} bytes")
-                f = tar.extractfile(m)
-                if f is None:
-                    raise ArchiveError(f"member {name!r} has no data")
-                cap = min(limits.max_file_bytes, limits.max_total_bytes - total)
-
-                def chunks(f: Any = f, cap: int = cap, name: str = name) -> Iterable[bytes]:
-                    got = 0
-                    while True:
-                        chunk = f.read(1 << 20)
-                        if not chunk:
-                            return
-                        got += len(chunk)
-                        if got > cap:
-                            raise ArchiveError(f"member {name!r} is larger than declared")
-                        yield chunk
                 try:
-                    total += _write_member(root_fd, name.split("/"), chunks())
+                    out = _open_member(root_fd, m.name.split("/"))
                 except FileExistsError:
-                    raise ArchiveError(f"member {name!r} appears twice") from None
-                names.append(name)
-    except (tarfile.TarError, EOFError, OSError, ValueError) as e:
-        if isinstance(e, ArchiveError):
-            raise
+                    raise ArchiveError(f"member {m.name!r} appears twice") from None
+                with os.fdopen(out, "wb") as f:
+                    digests[m.name], n = tario.sha256_stream(chunks(), f.write)
+                total += n
+    except ArchiveError:
+        raise
+    except (tario.TarFormatError, EOFError, OSError, ValueError, RecursionError, MemoryError) as e:
         raise ArchiveError(f"cannot read the archive: {e}") from None
     finally:
         os.close(root_fd)
-    return names
+    return digests
 
 
 # -- import -----------------------------------------------------------------------------------------
 @dataclass
 class Staged:
+    """One entry of the archive after its checks: the regenerated sources when it passed."""
+
     key: str
     files: dict[str, bytes]
     record: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     problem: str | None = None
 
 
+def _json(files: dict[str, bytes], name: str) -> Any:
+    return validate.loads(files[name], name, validate.JSON_BYTES.get(name, validate.MAX_JSON_BYTES))
+
+
 def _check_entry(key: str, files: dict[str, bytes]) -> Staged:
+    """Schemas, checksums, the key, then regeneration; ``problem`` says why an entry is refused."""
     st = Staged(key, files)
     try:
         if MANIFEST not in files:
             raise CorruptEntry("no manifest")
-        man = validate.manifest(json.loads(files[MANIFEST]))
+        man = validate.manifest(_json(files, MANIFEST))
         if man["key"] != key:
             raise CorruptEntry("the manifest is for another key")
         listed = set(man["files"])
@@ -251,105 +265,149 @@ def _check_entry(key: str, files: dict[str, bytes]) -> Staged:
         if extra:
             raise CorruptEntry(f"files not in the manifest: {sorted(extra)}")
         for name, info in man["files"].items():
-            if validate.is_bytecode_name(name):
-                continue  # never used: rebuilt from the source after install
+            if name not in ARCHIVE_FILES:
+                continue  # a source or bytecode the archive only names: regenerated, then compared
             if name not in files:
                 raise CorruptEntry(f"{name} is missing")
             if hashlib.sha256(files[name]).hexdigest() != info["sha256"]:
                 raise CorruptEntry(f"checksum mismatch in {name}")
-        st.record = validate.record(json.loads(files[RECORD])) if RECORD in files else {}
+        st.record = validate.record(_json(files, RECORD)) if RECORD in files else {}
         if not st.record or key_of(st.record) != key:
             raise CorruptEntry("its record does not hash to its key")
-        st.meta = validate.meta(json.loads(files[META])) if META in files else {}
-        if PLAN in files:
-            validate.plan(json.loads(files[PLAN]))
-        audit_sources({n: b for n, b in files.items() if n.endswith(".py")})
-    except (CorruptEntry, AuditError, ValueError) as e:
-        st.problem = str(e)
+        st.meta = validate.meta(_json(files, META)) if META in files else {}
+        if st.record["kind"] == "dynamo" or PLAN in listed:
+            raise CorruptEntry("a Dynamo-level plan: plans are not imported (they cannot be checked "
+                               "against their graph from data); this machine traces the graph once "
+                               "and writes its own plan, then hits the imported kernels")
+        if st.record.get("user_kernels"):
+            raise CorruptEntry("the graph calls hand-written kernels, whose sources are not carried: "
+                               "it compiles on this machine")
+        pkg = st.record["package"]
+        if pkg != package_fingerprint():
+            raise CorruptEntry(f"built by other neuron_inductor sources (version {str(pkg['version'])[:20]}, "
+                               f"sources {str(pkg['source_sha256'])[:12]}): this machine would never use it")
+        if PROGRAM not in files:
+            raise CorruptEntry(f"no {PROGRAM}: its sources cannot be regenerated from data")
+        missing = [n for n in SOURCE_FILES if n not in listed]
+        if missing:
+            raise CorruptEntry(f"the manifest claims no hash for {missing}")
+        st.sources = regenerate(files[PROGRAM], st.record, st.meta)
+        for name in SOURCE_FILES:
+            if sha256(st.sources[name]) != man["files"][name]["sha256"]:
+                raise CorruptEntry(f"{name} regenerated from the entry's program differs from the "
+                                   "archive's claim")
+    except (CorruptEntry, RegenError, ValueError, RecursionError, MemoryError) as e:
+        st.problem = f"{type(e).__name__}: {e}" if isinstance(e, (RecursionError, MemoryError)) else str(e)
+        st.sources = {}
     return st
 
 
-def _signature_status(files: dict[str, bytes], sig: bytes | None, key: bytes | None) -> str:
+def _signature_status(digests: dict[str, str], sig: bytes | None, key: bytes | None) -> str:
     """``"valid"``, ``"unsigned"``, ``"no key"``; raises :class:`ArchiveError` on a bad signature."""
     if sig is None:
         return "unsigned"
     if key is None:
         return "no key"
     try:
-        doc = json.loads(sig)
-        digests, mac = doc["files"], doc["hmac"]
-        ok = isinstance(digests, dict) and isinstance(mac, str) and hmac.compare_digest(_mac(key, digests), mac)
+        doc = validate.loads(sig, SIGNATURE, 64 << 20, 8)
+        signed, mac = doc["files"], doc["hmac"]
+        ok = isinstance(signed, dict) and isinstance(mac, str) and hmac.compare_digest(_mac(key, signed), mac)
     except (ValueError, KeyError, TypeError):
         ok = False
     if not ok:
         raise ArchiveError("the signature does not match: the archive was changed after signing, or "
                            "signed with another key")
-    actual = {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}
-    if actual != digests:
+    if digests != signed:
         raise ArchiveError("the archive's members differ from its signed list: it was changed after signing")
     return "valid"
 
 
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """The file, or :class:`CorruptEntry` if it is larger than ``limit`` (checked before reading)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise CorruptEntry(f"{path.name} is {size} bytes (limit {limit})")
+        return f.read(limit + 1)
+
+
+def _read_entry(staging: Path, names: list[str]) -> dict[str, bytes]:
+    """One entry's staged files by file name, each within its JSON size limit."""
+    files = {}
+    for n in names:
+        fname = n.rsplit("/", 1)[1]
+        files[fname] = _read_bounded(staging / n, validate.JSON_BYTES.get(fname, validate.MAX_JSON_BYTES))
+    return files
+
+
 def import_(store: Store, src: Path, *, trust: bool = False, dry_run: bool = False,
             sign_key: bytes | None = None, limits: Limits = Limits()) -> dict[str, Any]:
-    """Stage, check and (when trusted and not a dry run) install the entries of ``src``.
+    """Stage, check, regenerate and (when trusted and not a dry run) install the entries of ``src``.
 
-    Returns ``{imported, already_present, bad, entries, signature, installed}``; ``entries`` lists every
-    key with its graph name, kind and files (what ``--dry-run`` prints). Raises :class:`ArchiveError`
-    when the archive is refused as a whole (nothing is installed then).
+    Returns ``{imported, already_present, bad, entries, signature, trusted, installed}``; ``entries``
+    lists every key with its graph name, kind and files (what ``--dry-run`` prints). Raises
+    :class:`ArchiveError` when the archive is refused as a whole (nothing is installed then).
+    Entries are checked and installed one at a time: memory holds one entry, not the archive.
     """
+    store.sweep_temps()
     # a private dir inside the root, named so that a sweep removes it if this process dies
     staging = Path(tempfile.mkdtemp(prefix=f"{IMPORT_PREFIX}{host_tag()}-{os.getpid()}-", dir=store.root))
     try:
-        names = extract(src, staging, limits)
-        raw: dict[str, bytes] = {}
-        for n in names:
-            with open(staging / n, "rb") as f:
-                raw[n] = f.read()
+        digests = extract(src, staging, limits)
+        sig = None
+        if SIGNATURE in digests:
+            del digests[SIGNATURE]
+            sig = _read_bounded(staging / SIGNATURE, 64 << 20)
+        status = _signature_status(digests, sig, sign_key)
+        trusted = status == "valid" or trust
+        res: dict[str, Any] = {"imported": [], "already_present": [], "bad": [], "entries": [],
+                               "signature": status, "trusted": trusted, "installed": False}
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for n in digests:
+            v, _shard, key, _fname = _MEMBER.match(n).groups()  # type: ignore[union-attr]
+            grouped.setdefault((v, key), []).append(n)
+        how = "signature" if status == "valid" else "--trust"
+        for (v, key), names in sorted(grouped.items()):
+            if int(v) != SCHEMA_VERSION:
+                res["bad"].append({"key": key, "problem": f"written by cache schema v{v}, this is v{SCHEMA_VERSION}"})
+                continue
+            try:
+                files = _read_entry(staging, names)
+            except CorruptEntry as e:
+                res["bad"].append({"key": key, "problem": str(e)})
+                res["entries"].append({"key": key, "graph_name": "?", "kind": "?", "files": {},
+                                       "ok": False, "problem": str(e)})
+                continue
+            st = _check_entry(key, files)
+            if st.problem:
+                res["bad"].append({"key": key, "problem": st.problem})
+            res["entries"].append({"key": key, "graph_name": str(st.meta.get("graph_name", "?"))[:200],
+                                   "kind": st.record.get("kind", "?"),
+                                   "files": {n: len(b) for n, b in sorted(st.files.items())},
+                                   "ok": st.problem is None, "problem": st.problem})
+            if st.problem or dry_run or not trusted:
+                continue
+            if store.entry_dir(key).exists():
+                res["already_present"].append(key)
+                continue
+            _install(store, st, src, how)
+            res["imported"].append(key)
+        res["installed"] = trusted and not dry_run
+        return res
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    sig = raw.pop(SIGNATURE, None)
-    status = _signature_status(raw, sig, sign_key)
-    grouped: dict[tuple[str, str], dict[str, bytes]] = {}
-    for n, data in raw.items():
-        v, _shard, key, fname = _MEMBER.match(n).groups()  # type: ignore[union-attr]
-        grouped.setdefault((v, key), {})[fname] = data
-    staged, bad = [], []
-    for (v, key), files in sorted(grouped.items()):
-        if int(v) != SCHEMA_VERSION:
-            bad.append({"key": key, "problem": f"written by cache schema v{v}, this is v{SCHEMA_VERSION}"})
-            continue
-        st = _check_entry(key, files)
-        if st.problem:
-            bad.append({"key": key, "problem": st.problem})
-        staged.append(st)
-    listing = [{"key": s.key, "graph_name": s.meta.get("graph_name", "?"), "kind": s.record.get("kind", "?"),
-                "files": {n: len(b) for n, b in sorted(s.files.items())}, "ok": s.problem is None,
-                "problem": s.problem} for s in staged]
-    trusted = status == "valid" or trust
-    res: dict[str, Any] = {"imported": [], "already_present": [], "bad": bad, "entries": listing,
-                           "signature": status, "trusted": trusted, "installed": False}
-    if dry_run or not trusted:
-        return res
+
+
+def _install(store: Store, st: Staged, src: Path, how: str) -> None:
+    """A fresh local entry: the regenerated sources, their bytecode compiled here, the program."""
     from neuron_inductor.runtime.loader import bytecode_files
 
-    how = "signature" if status == "valid" else "--trust"
-    for s in staged:
-        if s.problem:
-            continue
-        if store.entry_dir(s.key).exists():
-            res["already_present"].append(s.key)
-            continue
-        files: dict[str, str | bytes] = {n: b for n, b in s.files.items()
-                                         if n not in (MANIFEST, RECORD, META)
-                                         and not validate.is_bytecode_name(n)}
-        sources = {n: b.decode("utf-8") for n, b in files.items() if n.endswith(".py")}  # type: ignore[union-attr]
-        files.update(bytecode_files(sources))
-        store.write(s.key, s.record, files, s.meta,
-                    extra_manifest={"imported": {"archive": Path(src).name, "at": time.time(), "trusted_by": how}})
-        res["imported"].append(s.key)
-    res["installed"] = True
-    return res
+    files: dict[str, str | bytes] = {**st.sources, PROGRAM: st.files[PROGRAM]}
+    files.update(bytecode_files(st.sources))
+    store.write(st.key, st.record, files, st.meta,
+                extra_manifest={"imported": {"archive": Path(src).name[:200], "at": time.time(),
+                                             "trusted_by": how, "regenerated": True}})
 
 
 __all__ = ["ArchiveError", "Limits", "SIGNATURE", "export", "extract", "import_", "make_key", "read_key"]

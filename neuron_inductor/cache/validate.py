@@ -7,7 +7,9 @@ Checking the shape here, once, is what keeps a ``.get`` on a list from turning i
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 from typing import Any
 
@@ -19,12 +21,21 @@ MANIFEST = "manifest.json"
 RECORD = "record.json"
 META = "meta.json"
 PLAN = "plan.json"
+PROGRAM = "program.json"
 HITS = "hits"
 SOURCE_FILES = ("kernels.py", "wrapper.py")
 _BYTECODE = re.compile(r"^(kernels|wrapper)\.[a-z0-9_]+-[0-9]+\.code$")
 
 #: what a run of the compiler can put in an entry (the manifest lists all but itself)
-ENTRY_FILES = frozenset({*SOURCE_FILES, RECORD, META, PLAN})
+ENTRY_FILES = frozenset({*SOURCE_FILES, RECORD, META, PLAN, PROGRAM})
+#: the files an archive may carry for an entry: data only (sources are regenerated, never imported)
+ARCHIVE_FILES = frozenset({RECORD, META, PLAN, PROGRAM, MANIFEST})
+
+#: the most a JSON file of the cache may hold, by name (anything else: :data:`MAX_JSON_BYTES`)
+JSON_BYTES = {MANIFEST: 1 << 20, RECORD: 64 << 20, META: 16 << 20, PLAN: 1 << 20, PROGRAM: 64 << 20}
+MAX_JSON_BYTES = 16 << 20
+#: nesting depth of any JSON file the cache reads (the deepest real one, program.json, is ~40)
+MAX_JSON_DEPTH = 128
 KINDS = ("forward", "backward", "inference", "dynamo")
 
 
@@ -39,6 +50,50 @@ def is_bytecode_name(name: str) -> bool:
 def is_entry_file(name: str) -> bool:
     """A file name an entry may hold (the manifest included)."""
     return name in ENTRY_FILES or name == MANIFEST or is_bytecode_name(name)
+
+
+def check_depth(obj: Any, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """:class:`SchemaError` if parsed JSON nests arrays/objects deeper than ``max_depth``, checked
+    without recursion (the recursive walks after it, hashing and ``explain``, stay safe)."""
+    stack = [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d > max_depth:
+                raise SchemaError(f"JSON nested deeper than {max_depth} levels")
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+
+
+def loads(data: bytes | str, what: str = "JSON", max_bytes: int = MAX_JSON_BYTES,
+          max_depth: int | None = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON of bounded size and depth; every failure (bad UTF-8, syntax, depth, even
+    ``RecursionError``/``MemoryError``) is a :class:`SchemaError`: the caller treats it as corruption.
+
+    The parser itself stops deep nesting with ``RecursionError`` (it counts its recursion against
+    the interpreter's limit); what parses is then held to ``max_depth`` (None: the caller's decoder
+    bounds it, as ``ir.serial`` does for ``program.json``)."""
+    if len(data) > max_bytes:
+        raise SchemaError(f"{what} is {len(data)} bytes (limit {max_bytes})")
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        obj = json.loads(text)
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise SchemaError(f"{what} is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+    if max_depth is not None:
+        check_depth(obj, max_depth)
+    return obj
+
+
+def read_json(path: Any, name: str | None = None) -> Any:
+    """A JSON file of the cache, bounded by :data:`JSON_BYTES` for its name; never follows a
+    symlink. ``OSError`` (missing file, a link) passes through; anything else is a
+    :class:`SchemaError`."""
+    name = name or os.path.basename(str(path))
+    limit = JSON_BYTES.get(name, MAX_JSON_BYTES)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    return loads(data, name, limit, None if name == PROGRAM else MAX_JSON_DEPTH)
 
 
 def _need(cond: bool, what: str) -> None:
@@ -162,4 +217,5 @@ def plan(obj: Any) -> dict:
 
 
 __all__ = ["SchemaError", "manifest", "record", "meta", "plan", "is_entry_file", "is_bytecode_name",
+           "loads", "read_json", "check_depth", "PROGRAM", "ARCHIVE_FILES",
            "HEX64", "HEX2", "VERSION_DIR", "ENTRY_FILES", "SOURCE_FILES"]

@@ -78,6 +78,8 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--sign-key", help=sign_help)
     s = add("keygen", "write a new random signing key file (mode 0600) to share with trusted machines")
     s.add_argument("file")
+    add("adopt", "claim an existing non-empty directory without the cache marker as a compile cache "
+                 "(only for a cache made by a version that wrote no marker)")
     return p
 
 
@@ -109,9 +111,13 @@ def _config() -> Any:
 
 
 def _store(root: Path, create: bool = False) -> Store | None:
-    if not root.exists() and not create:
+    """The cache at ``root`` (None when absent and not to be created). Refuses a non-empty directory
+    without the marker (``Store``); sweeps the staging dirs of killed imports and writers."""
+    if not os.path.lexists(root) and not create:
         return None
-    return Store(root, create=create)
+    store = Store(root, create=create)
+    store.sweep_temps()
+    return store
 
 
 def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
@@ -366,7 +372,9 @@ def _cmd_explain(args: argparse.Namespace, root: Path) -> int:
     exclude = None
     if args.record:
         try:
-            record = json.loads(Path(args.record).read_text())
+            from neuron_inductor.cache import validate
+
+            record = validate.record(validate.read_json(Path(args.record), "record.json"))
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read record {args.record}: {e}") from None
         from neuron_inductor.cache.schema import key_of
@@ -432,7 +440,10 @@ def _cmd_export(args: argparse.Namespace, root: Path) -> int:
     res = transfer.export(store, Path(args.file), keys, sign_key=_sign_key(args))
     _emit(args, res, lambda: print(f"exported {len(res['exported'])} entries to {args.file}"
                                    + (" (signed)" if res["signed"] else " (unsigned)")
-                                   + (f"; skipped {len(res['skipped'])} bad" if res["skipped"] else "")))
+                                   + (f"; skipped {len(res['skipped'])} bad" if res["skipped"] else "")
+                                   + (f"; kept {len(res['local_only'])} local-only (Dynamo plans, graphs "
+                                      "with hand-written kernels: not regenerable elsewhere)"
+                                      if res["local_only"] else "")))
     return 1 if res["skipped"] else 0
 
 
@@ -485,10 +496,28 @@ def _cmd_keygen(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+def _cmd_adopt(args: argparse.Namespace, root: Path) -> int:
+    from neuron_inductor.cache.store import MARKER, check_secure, is_marked, write_marker
+
+    if not root.is_dir() or root.is_symlink():
+        raise UsageError(f"{root} is not a directory")
+    check_secure(root)
+    if is_marked(root):
+        _emit(args, {"adopted": str(root), "already": True}, lambda: print(f"{root} is already a cache"))
+        return 0
+    names = sorted(p.name for p in root.iterdir())
+    write_marker(root)
+    _emit(args, {"adopted": str(root), "already": False, "contents": names}, lambda: print(
+        f"wrote {root / MARKER}: neuron_inductor now treats {root} as its cache and its commands "
+        f"(prune, clear) may delete there. It holds: {', '.join(names[:10])}"
+        + (f" (+{len(names) - 10})" if len(names) > 10 else "")))
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Path], int]] = {
     "list": _cmd_list, "show": _cmd_show, "stats": _cmd_stats, "verify": _cmd_verify,
     "prune": _cmd_prune, "clear": _cmd_clear, "explain": _cmd_explain, "export": _cmd_export,
-    "import": _cmd_import, "keygen": _cmd_keygen,
+    "import": _cmd_import, "keygen": _cmd_keygen, "adopt": _cmd_adopt,
 }
 
 

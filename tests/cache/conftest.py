@@ -26,3 +26,13 @@ def cache_dir(tmp_path, monkeypatch):
     clear_memory()
     reset_stats()
     os.environ.pop("NEURON_INDUCTOR_CACHE_DIR", None)
+
+
+@pytest.fixture(scope="session")
+def real(tmp_path_factory):
+    """A real compiled cache (forward, backward, Dynamo plan of ``_archive.model``) and its honest
+    export, made once: tests copy it, never change it."""
+    from _archive import make_real
+
+    d = tmp_path_factory.mktemp("real")
+    return make_real(d / "cache", d)

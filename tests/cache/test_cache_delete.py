@@ -2,6 +2,7 @@
 import os
 
 import pytest
+import torch
 
 from _archive import populate
 from neuron_inductor.cache import manage
@@ -25,13 +26,48 @@ def files_under(p):
 def test_not_a_cache_is_refused_and_nothing_deleted(tmp_path):
     p = project(tmp_path)
     before = files_under(p)
-    store = Store(p, create=False)
+    for create in (False, True):  # opening it at all is refused now, not only deleting
+        with pytest.raises(NotACacheError, match="not a neuron_inductor compile cache.*cache adopt"):
+            Store(p, create=create)
     assert not (p / MARKER).exists()  # a directory with other content is not adopted
-    with pytest.raises(NotACacheError, match="not a neuron_inductor compile cache"):
-        manage.clear(store)
-    with pytest.raises(NotACacheError):
-        manage.apply_prune(store, manage.plan_prune(store, max_size=0, old_versions=True))
     assert files_under(p) == before
+
+
+def test_row_5_a_folder_of_cache_look_alike_names_is_not_adopted(tmp_path, cache_dir):
+    """``v1/ v2/ v3/ quarantine/`` holding a user's files: every command refuses it (read-only ones
+    too), no marker is written, nothing is deleted; ``cache adopt`` claims it deliberately."""
+    p = tmp_path / "mine"
+    for d in ("v1", "v2", "v3", "quarantine"):
+        (p / d).mkdir(parents=True)
+        (p / d / "notes.txt").write_text("precious")
+    os.chmod(p, 0o700)
+    before = files_under(p)
+    from _archive import run_cli
+
+    for args in (["list"], ["stats"], ["verify", "--remove"], ["prune", "--old-versions"], ["clear", "--yes"]):
+        r = run_cli(p, *args)
+        assert r.returncode == 1 and "cache adopt" in r.stderr, (args, r.stderr)
+    from _fake import graph, make_compile_fn
+    from neuron_inductor.cache import compile_cached
+    from neuron_inductor.config import get_config
+
+    with pytest.raises(NotACacheError, match="cache adopt"):  # a compile refuses it too
+        compile_cached(graph(), [torch.arange(4.0)], "inference",
+                       get_config().replace(cache_dir=str(p)), make_compile_fn(None))
+    assert files_under(p) == before and not (p / MARKER).exists()
+    r = run_cli(p, "adopt")
+    assert r.returncode == 0 and (p / MARKER).is_file(), r.stderr
+    assert Store(p, create=False).root == p
+
+
+def test_marker_is_written_only_into_a_created_or_empty_root(tmp_path):
+    fresh = tmp_path / "fresh"
+    Store(fresh)
+    assert (fresh / MARKER).is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    Store(empty, create=False)
+    assert (empty / MARKER).is_file()
 
 
 def test_look_alikes_and_symlinks_inside_a_cache_survive(cache_dir, tmp_path):
@@ -80,7 +116,7 @@ def test_cli_clear_and_prune_refuse_and_dry_run(tmp_path, cache_dir):
     p = project(tmp_path)
     before = files_under(p)
     cmd = [sys.executable, "-m", "neuron_inductor.cli", "cache", "--cache-dir"]
-    for args in (["clear", "--yes"], ["prune", "--old-versions"], ["clear", "--dry-run"]):
+    for args in (["clear", "--yes"], ["prune", "--old-versions"], ["clear", "--dry-run"], ["list"]):
         r = subprocess.run([*cmd, str(p), *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "not a neuron_inductor compile cache" in r.stderr, r.stderr
     assert files_under(p) == before

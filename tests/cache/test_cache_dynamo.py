@@ -106,6 +106,7 @@ def run_fresh(model, x):
         return torch.compile(model, backend="neuron")(x)
 
 
+@pytest.mark.smoke
 def test_warm_hit_skips_aot_autograd_and_is_correct(cache_dir, monkeypatch):
     torch.manual_seed(0)
     model, x = Tiny(), torch.randn(3, 8)
@@ -173,6 +174,7 @@ def train_step(model, x, compiled):
     return [y, idx, *[p.grad.clone() for p in model.parameters()], x.grad.clone()]
 
 
+@pytest.mark.smoke
 def test_training_warm_hit_skips_aot_autograd_and_matches_eager(cache_dir, monkeypatch):
     torch.manual_seed(0)
     model, x = TwoHeads(), torch.randn(3, 8, requires_grad=True)
@@ -302,3 +304,37 @@ def test_warm_hit_reports_the_declared_fallbacks_again(cache_dir, caplog, grad):
     assert stats()["hits_disk"] >= 1 and stats()["misses"] == 0
     assert global_stats.fallback_ops()["aten.sort.default"] >= 1
     assert "from the compile cache" in caplog.text and "aten.sort.default" in caplog.text
+
+
+def test_aten_keys_go_to_the_recording_passed_down_even_from_another_thread():
+    """The Dynamo-level recording travels as an argument (no thread-local): AOTAutograd compiles the
+    backward at the first backward call, which autograd may run on another thread."""
+    import threading
+
+    from _fake import graph, make_compile_fn
+
+    from neuron_inductor.cache import compile_cached
+
+    rec, x = dynamo.Recording(), torch.arange(6.0)
+    compile_cached(graph(), [x], "forward", get_config(), make_compile_fn(None), record_into=rec)
+    t = threading.Thread(target=lambda: compile_cached(graph(), [x + 0], "backward", get_config(),
+                                                       make_compile_fn(None), record_into=rec))
+    t.start()
+    t.join()
+    assert set(rec.keys) == {"forward", "backward"} and rec.problem is None
+    compile_cached(graph(), [x], "forward", get_config(), make_compile_fn(None))  # no recording: nothing noted
+    assert set(rec.keys) == {"forward", "backward"}
+
+
+def test_the_aot_compile_gets_a_recording_only_when_a_plan_can_be_stored():
+    from neuron_inductor.cache import compile_dynamo_cached
+
+    gm, ex = capture(f, X, W)
+    seen = []
+
+    def aot(rec):
+        seen.append(rec)
+        return gm.forward
+    compile_dynamo_cached(gm, ex, get_config(), aot)
+    compile_dynamo_cached(gm, ex, get_config().replace(cache=False), aot)
+    assert isinstance(seen[0], dynamo.Recording) and seen[1] is None

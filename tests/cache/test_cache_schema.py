@@ -10,7 +10,7 @@ import torch
 from _archive import X, populate
 from _fake import compiles, graph, make_compile_fn
 from neuron_inductor.cache import NeuronCacheWarning, Store, clear_memory, compile_cached, manage, stats
-from neuron_inductor.cache.counters import STATS_FILE, read_persisted
+from neuron_inductor.stats import STATS_FILE, read_persisted
 from neuron_inductor.config import get_config
 
 SHAPES = [[], "text", 3, None, {"files": [], "input_shapes": "4", "inputs": "x"}]

@@ -10,7 +10,7 @@ from filelock import FileLock
 from _fake import compiles, graph, make_compile_fn
 from neuron_inductor.cache import (CacheSecurityError, NeuronCacheWarning, Store, clear_memory,
                                    compile_cached, stats)
-from neuron_inductor.cache.counters import read_persisted
+from neuron_inductor.stats import read_persisted
 from neuron_inductor.config import get_config
 
 X = torch.arange(4.0)
