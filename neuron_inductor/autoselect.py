@@ -12,9 +12,13 @@ Everything here runs inside ``import torch``, so it must be cheap and must never
 ``torch._dynamo`` costs about a second, so nothing is imported eagerly: a one-shot post-import hook on
 ``sys.meta_path`` applies each change the moment torch (or transformers) loads the module it concerns.
 
-Elsewhere nothing changes. If another package (torch-neuronx) already owns the backend name
-``neuron``, we do not fight it: our name becomes ``neuron_inductor``, we warn once, and Hugging Face is
-left alone (transformers already picks ``neuron`` for torch-neuronx).
+Elsewhere nothing changes. When TorchNeuron (``torch-neuronx``) is installed too, two packages claim
+the backend name ``neuron`` and torch's registry would keep whichever entry point it reads first. The
+rule here makes it deterministic (:func:`neuron_name_rule`): ``neuron`` means TorchNeuron's compiler
+(its documented name; it also sets the defaults on a Trainium host), unless
+``NEURON_INDUCTOR_NEURON_BACKEND=neuron_inductor`` (``config.NEURON_NAME_ENV``) gives it to this
+package, which then also takes the defaults. ``backend="neuron_inductor"`` is always ours. The rule
+is applied in torch's registry the moment it discovers entry points, on any host.
 """
 from __future__ import annotations
 
@@ -29,15 +33,17 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable
 
-#: declares the host kind instead of detecting it: ``trn1``, ``trn2`` or ``none``
+#: declares the host kind instead of detecting it: ``trn1``, ``trn2``, ``trn3`` or ``none``
 HOST_ENV = "NEURON_INDUCTOR_HOST"
 #: private: a directory standing in for ``/`` when reading ``/dev`` and ``/sys`` (tests only)
 _ROOT_ENV = "_NEURON_INDUCTOR_SYSROOT"
 
 AMAZON_PCI_VENDOR = 0x1D0F
-#: PCI device ids of Trainium chips (0x7264 is Inferentia2: not a Trainium, not selected)
+#: PCI device ids of Trainium chips (0x7264 is Inferentia2: not a Trainium, not selected). No
+#: Trainium3 id is documented in the public Neuron docs we could find, so a trn3 host is recognised by
+#: the name the Neuron driver's sysfs reports (``trn3...``) or declared with NEURON_INDUCTOR_HOST=trn3.
 TRAINIUM_PCI_DEVICES: dict[int, str] = {0x7164: "trn1", 0x7364: "trn2"}
-HOST_KINDS = ("trn1", "trn2")
+HOST_KINDS = ("trn1", "trn2", "trn3")
 
 OUR_NAME = "neuron"
 FALLBACK_NAME = "neuron_inductor"
@@ -159,7 +165,7 @@ def _cached_detect() -> Detection:
 
 
 def host_kind() -> str | None:
-    """``"trn1"``/``"trn2"`` on a Trainium host (detected or declared by ``NEURON_INDUCTOR_HOST``)."""
+    """``"trn1"``/``"trn2"``/``"trn3"`` on a Trainium host (detected or declared by ``NEURON_INDUCTOR_HOST``)."""
     return _cached_detect().kind
 
 
@@ -170,20 +176,62 @@ def reset_detection() -> None:
 
 # --------------------------------------------------------------------------- name ownership
 
-def neuron_name_owner() -> str | None:
-    """Who other than us claims the dynamo backend name ``neuron`` (None when nobody does)."""
-    if importlib.util.find_spec("torch_neuronx") is not None:
-        return "torch_neuronx"
+_DYNAMO_GROUP = "torch_dynamo_backends"
+
+
+def _ours(value: str) -> bool:
+    return value.startswith("neuron_inductor")
+
+
+def _competitor() -> str | None:
+    """Who other than us claims the backend name ``neuron``: an entry point of another distribution
+    (TorchNeuron declares ``torch_dynamo_backends: neuron``) or a compiler already registered under
+    it. A package that claims nothing leaves nothing to choose."""
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group="torch_dynamo_backends"):
-        if ep.name == OUR_NAME and not ep.value.startswith("neuron_inductor"):
+    for ep in entry_points(group=_DYNAMO_GROUP):
+        if ep.name == OUR_NAME and not _ours(ep.value):
             return ep.value
     reg = sys.modules.get(_REGISTRY_MODULE)
     fn = getattr(reg, "_COMPILER_FNS", {}).get(OUR_NAME) if reg is not None else None
-    if fn is not None and not getattr(fn, "__module__", "").startswith("neuron_inductor"):
+    if fn is not None and not _ours(getattr(fn, "__module__", "") or ""):
         return f"{fn.__module__}.{getattr(fn, '__qualname__', fn)}"
     return None
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """Who ``backend="neuron"`` is (``owner``), whether that is us, and why (``doctor`` prints it)."""
+    owner: str
+    ours: bool
+    why: str
+
+
+@functools.lru_cache(maxsize=1)
+def neuron_name_rule() -> NameRule:
+    """The one rule for the name ``neuron`` (see the module docstring). Never raises: an invalid
+    setting is recorded in :data:`errors` (``doctor`` shows it) and the default applies."""
+    from neuron_inductor.config import NEURON_NAME_ENV, ConfigError, neuron_name_setting
+
+    competitor = _competitor()
+    if competitor is None:
+        return NameRule(FALLBACK_NAME, True, "no other package claims the name")
+    try:
+        setting = neuron_name_setting()
+    except ConfigError as e:
+        errors.append(str(e))
+        setting = None
+    if setting == FALLBACK_NAME:
+        return NameRule(FALLBACK_NAME, True, f"{NEURON_NAME_ENV}=neuron_inductor (over {competitor})")
+    why = (f"{NEURON_NAME_ENV}=torch_neuronx" if setting else
+           f"TorchNeuron is installed and {NEURON_NAME_ENV} is unset")
+    return NameRule(competitor, False, why)
+
+
+def neuron_name_owner() -> str | None:
+    """Who other than us ``backend="neuron"`` means (None when it means us)."""
+    rule = neuron_name_rule()
+    return None if rule.ours else rule.owner
 
 
 _warned_conflict = False
@@ -191,17 +239,54 @@ _warned_conflict = False
 
 @functools.lru_cache(maxsize=1)
 def backend_name() -> str:
-    """The name our backend goes by as a default: ``neuron``, or ``neuron_inductor`` if taken."""
+    """The name our backend answers to by the rule: ``neuron``, else ``neuron_inductor``."""
     global _warned_conflict
     owner = neuron_name_owner()
     if owner is None:
         return OUR_NAME
     if not _warned_conflict:
+        from neuron_inductor.config import NEURON_NAME_ENV
+
         _warned_conflict = True
-        warnings.warn(f"neuron_inductor: the torch.compile backend name 'neuron' belongs to {owner}; "
-                      f"neuron_inductor is available as backend='{FALLBACK_NAME}' and leaves 'neuron' "
-                      "to it", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"neuron_inductor: the torch.compile backend name 'neuron' belongs to {owner} "
+                      f"here; neuron_inductor is backend='neuron_inductor' (set {NEURON_NAME_ENV}="
+                      "neuron_inductor to give it 'neuron')", RuntimeWarning, stacklevel=2)
     return FALLBACK_NAME
+
+
+def _pin_neuron_entry_point(registry: ModuleType) -> None:
+    """Point torch's registry entry for ``neuron`` at the rule's owner (torch keeps the first entry
+    point of a name it reads, which depends on installation order)."""
+    from importlib.metadata import entry_points
+
+    if OUR_NAME in getattr(registry, "_COMPILER_FNS", {}):
+        return  # already loaded under that name: nothing left to choose
+    eps = [ep for ep in entry_points(group=_DYNAMO_GROUP) if ep.name == OUR_NAME]
+    ours = neuron_name_rule().ours
+    chosen = [ep for ep in eps if _ours(ep.value) == ours]
+    if chosen:
+        registry._BACKENDS[OUR_NAME] = chosen[0]
+    elif not ours and registry._BACKENDS.get(OUR_NAME) is not None and \
+            _ours(registry._BACKENDS[OUR_NAME].value):
+        del registry._BACKENDS[OUR_NAME]  # the owner registers the name itself, without an entry point
+
+
+def _apply_name_rule(registry: ModuleType) -> None:
+    """Make the registry's entry-point discovery apply :func:`neuron_name_rule`."""
+    discover = getattr(registry, "_discover_entrypoint_backends", None)
+    if discover is None or getattr(discover, "_neuron_inductor_rule", False):
+        return
+    done = getattr(discover, "cache_info", None) is not None and discover.cache_info().currsize > 0
+
+    @functools.cache
+    def discover_with_rule() -> None:
+        discover()
+        _pin_neuron_entry_point(registry)
+
+    discover_with_rule._neuron_inductor_rule = True  # type: ignore[attr-defined]
+    registry._discover_entrypoint_backends = discover_with_rule
+    if done:
+        discover_with_rule()
 
 
 # --------------------------------------------------------------------------- post-import hooks
@@ -314,8 +399,15 @@ def _when_imported(name: str, fn: Callable[[ModuleType], None]) -> None:
         sys.meta_path.insert(0, _hooks)
 
 
-def _set_dynamo_default(registry: ModuleType) -> None:
-    registry.set_default_backend(backend_name())
+_want_default = False
+
+
+def _on_registry(registry: ModuleType) -> None:
+    """torch's backend registry has loaded: apply the name rule, and on a Trainium host make the
+    owner of ``neuron`` the default when that is us (TorchNeuron sets its own default otherwise)."""
+    _apply_name_rule(registry)
+    if _want_default and neuron_name_rule().ours:
+        registry.set_default_backend(OUR_NAME)
 
 
 def _patch_training_arguments(training_args: ModuleType) -> None:
@@ -346,12 +438,13 @@ def install_default() -> bool:
 
     Returns whether anything was installed. Idempotent; does nothing elsewhere.
     """
-    global _installed
+    global _installed, _want_default
     if host_kind() is None:
         return False
+    _want_default = True
     if not _installed:
         _installed = True
-        _when_imported(_REGISTRY_MODULE, _set_dynamo_default)
+        _when_imported(_REGISTRY_MODULE, _on_registry)
         _when_imported(_TRAINING_ARGS_MODULE, _patch_training_arguments)
         _when_imported(_HF_CACHE_MODULE, _register_hf_cache_layers)
     return True
@@ -370,9 +463,16 @@ def _register_hf_cache_layers(cache_utils: ModuleType) -> None:
     install(cache_utils)
 
 
+def install_name_rule() -> None:
+    """Apply :func:`neuron_name_rule` when torch's backend registry loads (on any host)."""
+    if not _installed:
+        _when_imported(_REGISTRY_MODULE, _on_registry)
+
+
 def autoload() -> None:
     """The ``torch.backends`` entry point torch calls during ``import torch``. Never raises."""
     try:
-        install_default()
+        if not install_default():
+            install_name_rule()
     except Exception as exc:
         errors.append(f"autoload: {type(exc).__name__}: {exc}")

@@ -36,17 +36,17 @@ def _sdpa_backends():
         return contextlib.nullcontext()
 
 
-def _make_compiler(kind: str, cfg: Config, name: str) -> Callable:
+def _make_compiler(kind: str, cfg: Config, name: str, rec: Any) -> Callable:
+    """An AOTAutograd compiler for ``kind`` graphs; ``rec`` is the Dynamo-level cache recording the
+    ATen graphs feed (``cache.dynamo.Recording``, or ``None``), passed explicitly: AOTAutograd may
+    call the backward compiler much later, from another thread."""
     from .cache import dynamo as dynamo_tier
     from .compile import compile_graph
 
-    rec = dynamo_tier.recording()  # the Dynamo-level entry this compile feeds (see cache/dynamo.py)
-
     def compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
         gm._neuron_name = name  # type: ignore[attr-defined]
-        with dynamo_tier.active(rec):
-            dynamo_tier.note_aten_graph(kind, gm, example_inputs)
-            fn = compile_graph(gm, example_inputs, kind, cfg)
+        dynamo_tier.note_aten_graph(rec, kind, gm, example_inputs)
+        fn = compile_graph(gm, example_inputs, kind, cfg, record_into=rec)
         if kind == "backward":
             dynamo_tier.backward_compiled(rec)
 
@@ -92,7 +92,7 @@ def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) 
     name = f"g{_graph_count[0]}"
     _graph_count[0] += 1
 
-    def run_aot() -> Callable:
+    def run_aot(rec: Any) -> Callable:
         from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
@@ -102,9 +102,9 @@ def compile_dynamo_graph(gm: fx.GraphModule, example_inputs: list, cfg: Config) 
         rewrite_complex(gm)  # complex intermediates (rotary embeddings) as real pairs
 
         aot = aot_autograd(
-            fw_compiler=_make_compiler("forward", cfg, name),
-            bw_compiler=_make_compiler("backward", cfg, name),
-            inference_compiler=_make_compiler("inference", cfg, name),
+            fw_compiler=_make_compiler("forward", cfg, name, rec),
+            bw_compiler=_make_compiler("backward", cfg, name, rec),
+            inference_compiler=_make_compiler("inference", cfg, name, rec),
             decompositions=decomposition_table(),
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,

@@ -34,7 +34,24 @@ def build_artifact(gm: fx.GraphModule, kind: str, cfg: Config, name: str) -> Art
                          collectives=len(program.collectives),  # declared host calls, not fallbacks
                          aten_ops=built.meta["n_aten_ops"])
     stats.report_fallbacks(name, list(fallbacks), cfg.fallback == "warn")
-    return Artifact(dict(built.sources), built.meta)
+    return Artifact(dict(built.sources), built.meta, data=program_data(program))
+
+
+def program_data(program: Any) -> dict[str, str]:
+    """``{"program.json": ...}``: the program as data, from which ``cache import`` regenerates the
+    sources on another machine; empty when it cannot be carried (hand-written kernels, whose
+    sources are not IR), so that entry stays local."""
+    import json
+
+    from .ir.serial import SerialError, encode
+
+    if program.user_kernels:
+        return {}
+    try:
+        return {"program.json": json.dumps(encode(program), separators=(",", ":"))}
+    except (SerialError, Exception) as e:  # noqa: BLE001 - an export aid must never fail a compile
+        log.debug("program of %s not serialisable (%s): its entry cannot be exported", program.name, e)
+        return {}
 
 
 def graph_name(gm: fx.GraphModule, kind: str) -> str:
@@ -43,20 +60,25 @@ def graph_name(gm: fx.GraphModule, kind: str) -> str:
     return f"{base}_{kind}_{_graph_ids[(base, kind)] - 1}"
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, cfg: Config) -> Callable:
-    """The compiled callable for one ATen graph (boxed: takes a list of inputs)."""
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, cfg: Config,
+                  record_into: Any = None) -> Callable:
+    """The compiled callable for one ATen graph (boxed: takes a list of inputs). ``record_into``: the
+    Dynamo-level cache recording this graph feeds (``cache.dynamo.Recording``), if any."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from .cache import CacheSecurityError
     from .lowering import FallbackError
 
+    from .runtime.nki import RuntimeUnavailable, backend
+
     name = graph_name(gm, kind)
+    backend()  # runtime='device' without a usable device runtime: a clear configuration error first
     # AOTAutograd calls us inside its fake mode; our pipeline works on real constants and metadata
     with unset_fake_temporarily(), gc_paused():
         try:
             return compile_cached(gm, list(example_inputs), kind, cfg,
-                                  lambda: build_artifact(gm, kind, cfg, name))
-        except (FallbackError, CacheSecurityError):
+                                  lambda: build_artifact(gm, kind, cfg, name), record_into=record_into)
+        except (FallbackError, CacheSecurityError, RuntimeUnavailable):
             raise
         except Exception as e:  # a compiler bug must not kill the user's training run
             if cfg.fallback == "error":

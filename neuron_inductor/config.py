@@ -25,6 +25,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
+from .target import TARGETS
+
 #: environment-variable spellings of booleans (compared case-insensitively, surrounding blanks ignored)
 ENV_TRUE = ("1", "true", "yes", "on")
 ENV_FALSE = ("0", "false", "no", "off")
@@ -103,7 +105,7 @@ def _from_env(f: dataclasses.Field, raw: str) -> Any:
 @dataclass
 class Config:
     target: str = _opt("trn2", "NEURON_INDUCTOR_TARGET", "hardware generation to compile for",
-                       True, ("trn1", "trn2"))
+                       True, tuple(TARGETS))
     fallback: str = _opt("warn", "NEURON_INDUCTOR_FALLBACK",
                          "what an op without a lowering does: 'warn' (eager ATen, logged once per "
                          "graph), 'silent' (eager ATen, counted only) or 'error'", True,
@@ -195,3 +197,25 @@ def reset() -> None:
     """Re-read the environment (tests that change variables call this)."""
     global _current
     _current = None
+
+
+# ---------------------------------------------------------------------------- process-wide settings
+
+#: Which compiler ``torch.compile(backend="neuron")`` means when TorchNeuron (``torch-neuronx``, whose
+#: ``torch.compile`` backend has the same name) is installed too: ``torch_neuronx`` (the default:
+#: AWS's documented backend keeps its documented name) or ``neuron_inductor``. Not a per-compile
+#: option: it decides a name in torch's backend registry for the whole process (and which package
+#: sets the default backend on a Trainium host). ``backend="neuron_inductor"`` is always this package.
+NEURON_NAME_ENV = "NEURON_INDUCTOR_NEURON_BACKEND"
+NEURON_NAME_CHOICES = ("torch_neuronx", "neuron_inductor")
+
+
+def neuron_name_setting() -> str | None:
+    """The value of :data:`NEURON_NAME_ENV` (None when unset); a :class:`ConfigError` when invalid."""
+    raw = os.environ.get(NEURON_NAME_ENV, "").strip().lower()
+    if not raw:
+        return None
+    if raw not in NEURON_NAME_CHOICES:
+        raise ConfigError(f"environment variable {NEURON_NAME_ENV}={raw!r} is invalid: expected one of "
+                          f"{', '.join(NEURON_NAME_CHOICES)}")
+    return raw

@@ -114,8 +114,7 @@ def passes(job: GraphJob) -> Prepared:
     """FX cleanups and rewrites, in ``graph.passes.PASSES`` order (the cache key was taken before)."""
     from .graph.passes import run_passes
 
-    job.gm.meta["fusion"] = job.cfg.fusion  # passes that only enable fusion skip unfused builds
-    return Prepared(job, run_passes(job.gm))
+    return Prepared(job, run_passes(job.gm, job.cfg))
 
 
 def partition(p: Prepared) -> Partitioned:

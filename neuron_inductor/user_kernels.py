@@ -19,6 +19,12 @@ What a kernel receives and returns:
 
 Its body may use ``nl``, ``nisa``, its parameters, ``<param>.shape`` / ``<param>.dtype`` and int /
 float / bool constants of its module (those are copied into the kernel as local assignments).
+
+Kernels registered the TorchNeuron way need no call here: an op declared with
+``torch_neuronx.nki_op`` (Neuron docs, "How to work with NKI kernels from torch-neuronx": a
+``torch.library`` custom op whose body launches an ``@nki.jit`` kernel) is found by :func:`lookup`
+when its body is the launch itself, ``return kernel(<the op's parameters, in order>)`` (optionally
+``kernel[grid](...)``); its autograd is whatever the user registered for the op.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import builtins
 import hashlib
 import inspect
 import re
+import sys
 import textwrap
 import threading
 from dataclasses import dataclass
@@ -142,21 +149,94 @@ def kernel_source(kernel: Any, emitted_name: str) -> tuple[str, tuple[str, ...],
         if has_doc and len(node.body) == 1:
             at = first.end_lineno - node.lineno + 1
         pad = " " * anchor.col_offset
-        body_lines[at:at] = [f"{pad}{k} = {v!r}" for k, v in consts.items()]
+        body_lines[at:at] = [f"{pad}{k} = {_literal(v)}" for k, v in consts.items()]
     text = "@nki.jit\n" + "\n".join(body_lines).rstrip() + "\n"
     params = tuple(a.arg for a in node.args.args)
     return text, params, node.name
 
 
-def register(op_name: str, kernel: Any) -> UserKernel:
-    """Record ``kernel`` as the implementation of custom op ``op_name`` (replacing an earlier one)."""
+def _literal(v: Any) -> str:
+    """A constant as kernel source: ``inf``/``nan`` are no Python names, so they are spelled as the
+    ``float('inf')`` literal the kernel check accepts."""
+    if isinstance(v, float) and v != v:
+        return "float('nan')"
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return "float('inf')" if v > 0 else "float('-inf')"
+    return repr(v)
+
+
+def _build(op_name: str, kernel: Any) -> UserKernel:
     fn = python_function(kernel)
     emitted = "user_" + re.sub(r"\W", "_", op_name.replace("::", "_")) + "_" + fn.__name__
     source, params, name = kernel_source(kernel, emitted)
-    uk = UserKernel(op_name, name, source, emitted, params, hashlib.sha256(source.encode()).hexdigest())
+    return UserKernel(op_name, name, source, emitted, params, hashlib.sha256(source.encode()).hexdigest())
+
+
+def register(op_name: str, kernel: Any) -> UserKernel:
+    """Record ``kernel`` as the implementation of custom op ``op_name`` (replacing an earlier one)."""
+    uk = _build(op_name, kernel)
     with _lock:
         _by_op[op_name] = uk
     return uk
+
+
+#: TorchNeuron ``nki_op`` ops looked at, by op name (None: not such an op, or not of the known form)
+_discovered: dict[str, UserKernel | None] = {}
+_NKI_MODULES = ("nki", "torch_neuronx", "neuron_inductor.runtime")
+
+
+def launched_kernel(launcher: Any) -> Any:
+    """The ``@nki.jit`` kernel ``launcher`` launches when its body is ``return K(p0, p1, ...)`` (or
+    ``K[grid](...)``) with exactly its own parameters in order; None otherwise."""
+    if not inspect.isfunction(launcher):
+        return None
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(launcher))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(node, ast.FunctionDef):
+        return None
+    body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+        return None
+    call = body[0].value
+    func = call.func.value if isinstance(call.func, ast.Subscript) else call.func
+    params = [a.arg for a in node.args.args]
+    if not isinstance(func, ast.Name) or call.keywords or \
+            [a.id if isinstance(a, ast.Name) else None for a in call.args] != params:
+        return None
+    closure = {}
+    if launcher.__closure__:
+        closure = {n: c.cell_contents for n, c in zip(launcher.__code__.co_freevars, launcher.__closure__)}
+    kernel = closure.get(func.id, launcher.__globals__.get(func.id))
+    if kernel is None or not str(type(kernel).__module__).startswith(_NKI_MODULES):
+        return None
+    try:
+        python_function(kernel)
+    except UserKernelError:
+        return None
+    return kernel
+
+
+def _torchneuron_op(op_name: str) -> UserKernel | None:
+    """The kernel of a custom op declared with ``torch_neuronx.nki_op``, if it has the known form."""
+    if op_name in _discovered:
+        return _discovered[op_name]
+    found = None
+    if "torch" in sys.modules and not op_name.startswith(("aten::", "prims::")):
+        try:
+            from torch._library.custom_ops import OPDEFS
+        except ImportError:  # pragma: no cover - torch without custom_op
+            OPDEFS = {}
+        opdef = OPDEFS.get(op_name)
+        kernel = launched_kernel(getattr(opdef, "_init_fn", None))
+        if kernel is not None:
+            try:
+                found = _build(op_name, kernel)
+            except UserKernelError:
+                found = None
+    _discovered[op_name] = found
+    return found
 
 
 def unregister(op_name: str) -> None:
@@ -164,12 +244,49 @@ def unregister(op_name: str) -> None:
         _by_op.pop(op_name, None)
 
 
+#: the higher-order operator ``torch_neuronx.wrap_nki(kernel)[grid](...)`` traces to
+NKI_HOP_NAME = "nki_kernel_wrapper"
+_hop_kernels: dict[int, UserKernel] = {}
+
+
+def is_nki_hop(target: Any) -> bool:
+    """Whether an FX node target is TorchNeuron's ``nki_kernel_wrapper`` higher-order operator."""
+    return getattr(target, "_name", None) == NKI_HOP_NAME and hasattr(target, "py_impl")
+
+
+def hop_kernel(target: Any, kwargs: dict) -> tuple[UserKernel, list]:
+    """The kernel an ``nki_kernel_wrapper`` node launches and its arguments in parameter order
+    (tensor arguments as the node's values, non-tensor ones as constants).
+
+    The kernel function is kept by ``kernel_registry`` of the module that defines the operator
+    (``torch_neuronx``'s NKI higher-order-op module): ``get_func(kernel_idx)``,
+    ``get_arg_names(kernel_idx)`` and ``get_constant_args(constant_args_key)``."""
+    registry = getattr(sys.modules.get(type(target).__module__), "kernel_registry", None)
+    if registry is None:
+        raise UserKernelError(f"{NKI_HOP_NAME}: no kernel_registry in {type(target).__module__}")
+    idx = kwargs["kernel_idx"]
+    func = registry.get_func(idx)
+    uk = _hop_kernels.get(id(func))
+    if uk is None or uk.kernel_name != func.__name__:
+        uk = _build(f"{NKI_HOP_NAME}::{func.__name__}_{idx}", func)
+        _hop_kernels[id(func)] = uk
+    by_name = dict(zip(kwargs["arg_names"], kwargs["args"]))
+    consts = registry.get_constant_args(kwargs["constant_args_key"]) \
+        if kwargs.get("constant_args_key", -1) != -1 else {}
+    missing = [n for n in registry.get_arg_names(idx) if n not in by_name and n not in consts]
+    if missing:
+        raise UserKernelError(f"{NKI_HOP_NAME} call of {func.__name__}: no value for {missing}")
+    return uk, [by_name[n] if n in by_name else consts[n] for n in registry.get_arg_names(idx)]
+
+
 def lookup(target: Any) -> UserKernel | None:
-    """The kernel registered for an FX node target (an ``OpOverload``), if any."""
-    if not _by_op:
-        return None
+    """The kernel registered for an FX node target (an ``OpOverload``), if any: by
+    ``register_nki_kernel``, or declared the TorchNeuron way (``nki_op``)."""
     name = getattr(getattr(target, "_schema", None), "name", None)
-    return _by_op.get(name) if name else None
+    if not name:
+        return None
+    uk = _by_op.get(name)
+    return uk if uk is not None else _torchneuron_op(name)
 
 
 def registered() -> dict[str, UserKernel]:
@@ -179,12 +296,81 @@ def registered() -> dict[str, UserKernel]:
 
 def digests_in(gm: Any) -> dict[str, str]:
     """``{op name: kernel digest}`` for the user kernels ``gm`` calls (empty for most graphs)."""
-    if not _by_op:
-        return {}
     out = {}
     for n in gm.graph.nodes:
-        if n.op == "call_function":
+        if n.op == "call_function" and is_nki_hop(n.target):
+            uk = hop_kernel(n.target, n.kwargs)[0]
+            out[uk.op_name] = uk.digest
+        elif n.op == "call_function":
             uk = lookup(n.target)
             if uk is not None:
                 out[uk.op_name] = uk.digest
     return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------- what a kernel does with its parameters
+
+def _kernel_def(source: str) -> ast.FunctionDef | None:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+
+
+def _base_name(e: ast.expr) -> str | None:
+    """The name a tensor expression is rooted at (``x``, ``x[...]``, ``x.ap(...)``, ``x.reshape(...)``)."""
+    while True:
+        if isinstance(e, ast.Name):
+            return e.id
+        if isinstance(e, ast.Subscript):
+            e = e.value
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("ap", "reshape"):
+            e = e.func.value
+        elif isinstance(e, ast.Attribute):
+            e = e.value
+        else:
+            return None
+
+
+def written_params(source: str) -> set[str]:
+    """Parameters the kernel writes: the destination (``dst=`` or the first positional argument) of
+    an ``nisa`` instruction rooted at a parameter or at a name bound to a view of one."""
+    fn = _kernel_def(source)
+    if fn is None:
+        return set()
+    params = [a.arg for a in fn.args.args]
+    alias = {p: p for p in params}
+    for node in ast.walk(fn):  # ``v = x[...]`` / ``v = x.reshape(...)``: v views parameter x
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            base = _base_name(node.value)
+            if base in alias and not isinstance(node.value, ast.Attribute):
+                alias[node.targets[0].id] = alias[base]
+    out = set()
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "nisa"):
+            continue
+        dsts = [k.value for k in node.keywords if k.arg == "dst"] or node.args[:1]
+        for d in dsts:
+            base = _base_name(d)
+            if base in alias:
+                out.add(alias[base])
+    return out
+
+
+def shape_ranks(source: str) -> dict[str, int]:
+    """``{param: rank}`` for each ``a, b = param.shape`` unpacking in the kernel: the rank it assumes."""
+    fn = _kernel_def(source)
+    out: dict[str, int] = {}
+    if fn is None:
+        return out
+    params = {a.arg for a in fn.args.args}
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], (ast.Tuple, ast.List))
+                and not any(isinstance(e, ast.Starred) for e in node.targets[0].elts)
+                and isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
+                and isinstance(node.value.value, ast.Name) and node.value.value.id in params):
+            out.setdefault(node.value.value.id, len(node.targets[0].elts))
+    return out

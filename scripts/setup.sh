@@ -2,13 +2,15 @@
 # Create (or update) a virtualenv with neuron_inductor installed editable, plus its test and
 # Hugging Face extras. Used by the README's quick-start commands and by .ci/run.
 #
-#   bash scripts/setup.sh [VENV_DIR]     (default: .venv in the repository root)
+#   bash scripts/setup.sh [VENV_DIR] [TORCH_VERSION]     (defaults: .venv in the repository root, 2.13.0)
 #
-# torch is pinned to 2.13.0 and installed first: an unpinned `torch` would pull a multi-GB CUDA
-# build, while 2.13.0 (CPU) satisfies `torch>=2.13` so the second install adds nothing to it.
+# torch is pinned (2.13.0 unless TORCH_VERSION names another version of pyproject's supported range,
+# e.g. 2.14.1 for .ci/run's smoke run) and installed first: an unpinned `torch` would pull a multi-GB
+# CUDA build, while 2.13.0 (CPU) satisfies `torch>=2.13` so the second install adds nothing to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv}"
+TORCH_VERSION="${2:-2.13.0}"
 
 PY=""
 for cand in python3.11 python3.12 python3.13 python3; do
@@ -27,6 +29,6 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "setup.sh: creating $VENV with $("$PY" --version)"
     "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,hf]"
 echo "setup.sh: ready: $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -26,11 +26,15 @@ def _clean(monkeypatch):
     monkeypatch.setattr(autoselect, "errors", [])
     monkeypatch.setattr(autoselect, "_installed", False)
     monkeypatch.setattr(autoselect, "_warned_conflict", False)
+    monkeypatch.setattr(autoselect, "_want_default", False)
+    monkeypatch.delenv("NEURON_INDUCTOR_NEURON_BACKEND", raising=False)
     autoselect.reset_detection()
     autoselect.backend_name.cache_clear()
+    autoselect.neuron_name_rule.cache_clear()
     yield
     autoselect.reset_detection()
     autoselect.backend_name.cache_clear()
+    autoselect.neuron_name_rule.cache_clear()
 
 
 def _pci(root, name: str, vendor: int, device: int) -> None:
@@ -79,7 +83,7 @@ def test_dev_node_must_be_a_char_device(sysroot):
 
 
 @pytest.mark.parametrize("instance,kind", [("trn1.32xlarge", "trn1"), ("trn2.48xlarge", "trn2"),
-                                           ("inf2.xlarge", None)])
+                                           ("trn3.48xlarge", "trn3"), ("inf2.xlarge", None)])
 def test_sysfs_instance_type(sysroot, instance, kind):
     arch = sysroot / "sys" / "devices" / "virtual" / "neuron_device" / "neuron0" / "info" / "architecture"
     arch.mkdir(parents=True)
@@ -94,6 +98,8 @@ def test_env_declares_the_host_over_detection(sysroot, monkeypatch):
     assert autoselect.detect() == autoselect.Detection(None, "env", ("NEURON_INDUCTOR_HOST=none",))
     monkeypatch.setenv(autoselect.HOST_ENV, "TRN1")
     assert autoselect.detect().kind == "trn1"
+    monkeypatch.setenv(autoselect.HOST_ENV, "trn3")  # no Trainium3 PCI id is documented: declared
+    assert autoselect.detect().kind == "trn3"
     monkeypatch.setenv(autoselect.HOST_ENV, "gpu")  # nonsense declares "not a Trainium"
     assert autoselect.detect().kind is None
 
@@ -268,3 +274,87 @@ def test_elsewhere_nothing_changes(tmp_path):
     assert out["default"] == "inductor"
     assert out["trainer_backend"] == "inductor"
     assert out["ours_loaded"] == []  # the hook imported nothing of ours beyond the autoload stub
+
+
+# ---------------------------------------------------------------- the name `neuron` with TorchNeuron
+
+_FAKE_BACKEND = """
+CALLS = []
+
+
+def backend(gm, example_inputs):
+    CALLS.append(len(example_inputs))
+    return gm.forward
+"""
+
+_NAME_PROBE = textwrap.dedent("""
+    import json, sys
+    sys.path.@@WHERE@@
+    import torch
+    from torch._dynamo.backends.registry import _COMPILER_FNS, get_default_backend
+    f = lambda x: torch.relu(x) * 2 + 1
+    x = torch.randn(5, 3)
+    torch.compile(f, backend="neuron")(x)
+    torch._dynamo.reset()
+    torch.compile(f, backend="neuron_inductor")(x)
+    import fake_neuronx_backend
+    print("PROBE" + json.dumps({"neuron": _COMPILER_FNS["neuron"].__module__,
+                                "neuron_inductor": _COMPILER_FNS["neuron_inductor"].__module__,
+                                "default": str(get_default_backend()),
+                                "fake_calls": len(fake_neuronx_backend.CALLS)}))
+""")
+
+
+@pytest.fixture(scope="module")
+def competing_distribution(tmp_path_factory):
+    """A stand-in distribution registering a competing ``neuron`` torch.compile backend."""
+    site = tmp_path_factory.mktemp("fake_site")
+    (site / "fake_neuronx_backend.py").write_text(_FAKE_BACKEND)
+    info = site / "fake_neuronx-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-neuronx\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[torch_dynamo_backends]\nneuron = fake_neuronx_backend:backend\n")
+    return site
+
+
+def _name_probe(site, tmp_path, first: bool, setting: str | None, host: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_INDUCTOR_", "_NEURON"))}
+    env.update(NEURON_INDUCTOR_HOST=host, TORCH_DEVICE_BACKEND_AUTOLOAD="1",
+               NEURON_INDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    if setting:
+        env["NEURON_INDUCTOR_NEURON_BACKEND"] = setting
+    where = f"insert(0, {str(site)!r})" if first else f"append({str(site)!r})"
+    res = subprocess.run([sys.executable, "-c", _NAME_PROBE.replace("@@WHERE@@", where)], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("PROBE")][-1]
+    return json.loads(line[5:])
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["theirs-read-first", "ours-read-first"])
+def test_neuron_means_torchneuron_by_default_whatever_the_entry_point_order(
+        competing_distribution, tmp_path, first):
+    out = _name_probe(competing_distribution, tmp_path, first, None, "trn2")
+    assert out["neuron"] == "fake_neuronx_backend" and out["fake_calls"] == 1
+    assert out["neuron_inductor"] == "neuron_inductor.backend"
+    assert out["default"] == "inductor"  # on a Trainium host the default is the owner's to set
+
+
+def test_the_setting_gives_neuron_to_neuron_inductor(competing_distribution, tmp_path):
+    out = _name_probe(competing_distribution, tmp_path, True, "neuron_inductor", "trn2")
+    assert out["neuron"] == "neuron_inductor.backend" and out["fake_calls"] == 0
+    assert out["neuron_inductor"] == "neuron_inductor.backend"
+    assert out["default"] == "neuron"  # auto-selection follows the same rule
+
+
+def test_name_rule_in_process(monkeypatch):
+    monkeypatch.setattr(autoselect, "_competitor", lambda: "torch_neuronx")
+    rule = autoselect.neuron_name_rule()
+    assert (rule.owner, rule.ours) == ("torch_neuronx", False) and "unset" in rule.why
+    autoselect.neuron_name_rule.cache_clear()
+    monkeypatch.setenv("NEURON_INDUCTOR_NEURON_BACKEND", "neuron_inductor")
+    assert autoselect.neuron_name_rule().ours
+    autoselect.neuron_name_rule.cache_clear()
+    monkeypatch.setenv("NEURON_INDUCTOR_NEURON_BACKEND", "bogus")
+    assert not autoselect.neuron_name_rule().ours  # the default, and the error is recorded
+    assert any("NEURON_INDUCTOR_NEURON_BACKEND" in e for e in autoselect.errors)

@@ -66,6 +66,7 @@ def test_fullgraph_refuses_a_graph_break():
         torch.compile(fn, backend="neuron", fullgraph=True)(torch.randn(4, 4))
 
 
+@pytest.mark.smoke
 def test_dynamic_false_recompiles_per_shape():
     """dynamic=False: one static compile per new shape, none for a shape seen before."""
     torch._dynamo.reset()
@@ -77,6 +78,7 @@ def test_dynamic_false_recompiles_per_shape():
     assert graphs == [[torch.Size([3, 7])], [torch.Size([300, 7])], [torch.Size([5, 7])]]
 
 
+@pytest.mark.smoke
 def test_no_grad():
     x = torch.randn(300, 130, requires_grad=True)
     with torch.no_grad():
@@ -93,6 +95,7 @@ def test_fallback_error_names_the_op():
     assert "lgamma" in str(e.value)
 
 
+@pytest.mark.smoke
 def test_fallback_warn_is_counted_and_correct():
     stats.reset("fallback_ops")
     x = torch.randn(5, 3)
@@ -101,6 +104,7 @@ def test_fallback_warn_is_counted_and_correct():
     assert any("lgamma" in op for op in stats.fallback_ops())
 
 
+@pytest.mark.smoke
 def test_float64_falls_back_and_is_right():
     stats.reset("fallback_ops")
     x = torch.randn(300, 130, dtype=torch.float64, requires_grad=True)

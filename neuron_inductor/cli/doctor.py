@@ -19,6 +19,14 @@ _VERSIONED = ("torch", "numpy", "sympy", "networkx", "transformers", "accelerate
               "nki", "neuronxcc", "torch-neuronx")
 
 def _version(dist: str) -> str | None:
+    if dist == "torch":
+        # the spelling the cache key uses: ``torch.__version__`` keeps the build's local suffix
+        # (``2.14.1+cu130``) that the distribution metadata of some wheels lacks
+        try:
+            import torch
+            return str(torch.__version__)
+        except Exception:  # noqa: BLE001 - a broken torch is reported by the backend check
+            pass
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -40,7 +48,12 @@ def _runtime_info(host: str | None) -> dict[str, Any]:
     except Exception as exc:  # runtime package broken or absent: say so, do not guess
         return {"mode": "unknown", "reason": f"runtime.nki failed to import: {exc}"}
     info = rt.explain()
-    return {"mode": info["mode"], "reason": f"{info['reason']} (Trainium host: {host or 'no'})"}
+    out = {"mode": info["mode"], "reason": f"{info['reason']} (Trainium host: {host or 'no'})"}
+    if info["mode"] == "device":
+        out["device_path"] = ("graph tensors on the `neuron` device; CPU inputs copied once at the graph "
+                              "boundary (refused with TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1); "
+                              "kernels launched as kernel[1]: NEURON_LOGICAL_NC_CONFIG must be 1")
+    return out
 
 
 def _cache_info() -> dict[str, Any]:
@@ -103,10 +116,12 @@ def _autoload_info() -> dict[str, Any]:
 
     eps = [ep.value for ep in metadata.entry_points(group="torch.backends")
            if ep.value.startswith("neuron_inductor")]
+    rule = autoselect.neuron_name_rule()
     return {
         "entry_point": eps[0] if eps else None,
         "enabled": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1",
-        "neuron_name_owner": autoselect.neuron_name_owner() or "neuron_inductor",
+        "neuron_name_owner": rule.owner,
+        "neuron_name_why": rule.why,
         "errors": list(autoselect.errors),
     }
 
@@ -159,6 +174,8 @@ def _print_report(report: dict[str, Any]) -> None:
     t, r, h = report["target"], report["runtime"], report["host"]
     show("target", f"{t['name']} ({t['source']})")
     show("runtime", f"{r['mode']} ({r['reason']})")
+    if r.get("device_path"):
+        show("device path", r["device_path"])
     host = h["kind"] or "not a Trainium host"
     show("host", f"{host} (source: {h['source']}{'; ' + ', '.join(h['evidence']) if h['evidence'] else ''})")
     print("versions:")
@@ -175,7 +192,7 @@ def _print_report(report: dict[str, Any]) -> None:
     print("torch integration:")
     show("autoload entry point", a["entry_point"] or "missing")
     show("autoload enabled", a["enabled"])
-    show("name 'neuron' owner", a["neuron_name_owner"])
+    show("name 'neuron' owner", f"{a['neuron_name_owner']} ({a['neuron_name_why']})")
     if "error" in b:
         show("torch._dynamo", b["error"])
     else:

@@ -86,6 +86,7 @@ def register_nki_kernel(op: Any, kernel: Any, *, backward: Any = "reference",
             raise UserKernelError(f"kernel {uk.kernel_name} takes {len(uk.params)} parameters "
                                   f"({', '.join(uk.params)}); op {name} has {len(schema.arguments)}")
         check_kernel_source(f"{HEADER}\n\n\n{uk.source}", user_kernels=[uk.emitted_name])
+        _refuse_writes_into_inputs(uk, name)
         if backward == "reference":
             ref = reference or init
             if ref is None:
@@ -166,3 +167,16 @@ def use_nki_layers(model: torch.nn.Module, mapping: dict[Any, type]) -> torch.nn
     if not replaced:
         raise ValueError(f"no layer of the model matches {list(mapping)}")
     return model
+
+
+def _refuse_writes_into_inputs(uk: Any, op_name: str) -> None:
+    """A kernel of a functional op (``mutates_args=()``) must not write into its parameters: the
+    compiled graph would overwrite the caller's tensor where eager PyTorch leaves it alone."""
+    from ..user_kernels import written_params
+
+    written = sorted(written_params(uk.source))
+    if written:
+        raise UserKernelError(f"kernel {uk.kernel_name} writes into its input(s) {', '.join(written)}, "
+                              f"but op {op_name} declares mutates_args=(): write the result into an "
+                              "nl.shared_hbm output it returns instead")
+

@@ -21,7 +21,8 @@ import torch
 import torch.fx as fx
 
 from ..ir import Ref, TensorMeta, UserKernelCall, contiguous_strides
-from ..user_kernels import UserKernel, lookup
+from ..user_kernels import (UserKernel, UserKernelError, hop_kernel, is_nki_hop, lookup, shape_ranks,
+                            written_params)
 from .layout import LoweringError, meta_of
 
 
@@ -53,7 +54,7 @@ KERNEL_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.i
 
 
 def is_user_kernel_node(n: fx.Node) -> bool:
-    return n.op == "call_function" and lookup(n.target) is not None
+    return n.op == "call_function" and (lookup(n.target) is not None or is_nki_hop(n.target))
 
 
 
@@ -112,12 +113,45 @@ def _outputs(n: fx.Node) -> list[tuple[fx.Node | None, Any]]:
     raise LoweringError(f"{n.target} returns {type(v).__name__}; a kernel returns tensors")
 
 
+def _check_contract(n: fx.Node, uk: UserKernel, args: list[Any]) -> None:
+    """What the kernel's source assumes about its parameters, checked against the op before it is
+    ever called: the rank it unpacks each shape into, and that it writes only into parameters the op
+    declares mutable (``mutates_args``): a kernel writing into an input the op promises not to
+    change would silently overwrite the caller's tensor."""
+    ranks = shape_ranks(uk.source)
+    for p, a in zip(uk.params, args):
+        if isinstance(a, fx.Node) and p in ranks and val(a).dim() != ranks[p]:
+            raise LoweringError(f"kernel {uk.kernel_name} unpacks {p}.shape into {ranks[p]} sizes, but "
+                                f"{uk.op_name} passes a {val(a).dim()}-D tensor of shape "
+                                f"{list(val(a).shape)} as {p}")
+    written = written_params(uk.source)
+    # a wrap_nki launch (higher-order op, no schema) declares no mutation: in-place operands are refused
+    arguments = n.target._schema.arguments if hasattr(n.target, "_schema") else []
+    for i, p in enumerate(uk.params):
+        arg = arguments[i] if i < len(arguments) else None
+        mutable = arg is not None and arg.alias_info is not None and arg.alias_info.is_write
+        if p in written and not mutable:
+            raise LoweringError(f"kernel {uk.kernel_name} writes into its parameter {p}, but op "
+                                f"{uk.op_name} does not declare {p} in mutates_args: the caller's "
+                                "tensor would be overwritten. Write into an nl.shared_hbm output "
+                                "instead (or declare the mutation)")
+
+
 def emit_user_kernel(gl: "GraphLowering", n: fx.Node) -> None:
     """Append the call of ``n``'s registered kernel to ``gl``'s program."""
-    uk: UserKernel | None = lookup(n.target)
-    if uk is None:
-        raise LoweringError(f"{n.target} has no registered NKI kernel")
-    args = schema_args(n)
+    if is_nki_hop(n.target):  # torch_neuronx.wrap_nki(kernel)[grid](...): single-core launches only
+        if list(n.kwargs.get("grid") or [1]) != [1] or n.kwargs.get("operand_output_aliases"):
+            raise LoweringError(f"{n.target}: grid {n.kwargs.get('grid')} / in-place operands are not "
+                                "supported (kernels launch as kernel[1])")
+        try:
+            uk, args = hop_kernel(n.target, dict(n.kwargs))
+        except UserKernelError as e:
+            raise LoweringError(str(e)) from e
+    else:
+        uk = lookup(n.target)
+        if uk is None:
+            raise LoweringError(f"{n.target} has no registered NKI kernel")
+        args = schema_args(n)
     if len(args) != len(uk.params):
         raise LoweringError(f"kernel {uk.kernel_name} takes {len(uk.params)} parameters, op "
                             f"{uk.op_name} passes {len(args)}")
@@ -129,6 +163,7 @@ def emit_user_kernel(gl: "GraphLowering", n: fx.Node) -> None:
             _check_tensor(val(a), f"argument {p} of {uk.op_name}")
         elif isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a):
             raise LoweringError(f"argument {p} of {uk.op_name} is a list of tensors")
+    _check_contract(n, uk, args)
     call_args = []
     for a in args:
         if isinstance(a, fx.Node):

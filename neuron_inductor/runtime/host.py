@@ -23,6 +23,8 @@ import torch
 
 from neuron_inductor import stats
 
+from .placement import graph_device, on_graph_device
+
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
     "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "uint32": torch.uint32,
@@ -70,6 +72,7 @@ def hbm(t: torch.Tensor, hw_dtype: str) -> torch.Tensor:
     ``t``'s first element is element 0 of the span, so kernel access patterns use ``t``'s own strides
     with offset 0. int64 -> int32 words (length ``2 * extent``), bool -> uint8, same-size types by view.
     """
+    t = on_graph_device(t)  # a graph constant, when the graph runs on the device
     n = extent(t.shape, t.stride())
     if n == 0:
         raise ValueError("hbm() of a tensor with no elements: kernels never take empty tensors")
@@ -99,7 +102,7 @@ def view(buf: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: 
     # Not ``torch.as_strided``: autograd would mark a view returned from AOTAutograd's
     # CompiledFunction as an output of a multi-output function and refuse in-place updates of it
     # (Trainer does ``loss *= scale``). ``set_`` aliases the same storage without being a view.
-    out = torch.empty((0,), dtype=t.dtype)
+    out = torch.empty((0,), dtype=t.dtype, device=t.device)
     return out.set_(t.untyped_storage(), t.storage_offset() + offset, tuple(size), tuple(stride))
 
 
@@ -145,13 +148,16 @@ def conform(ret: object, dtypes: str | tuple | None) -> object:
 
 
 def empty(size: Sequence[int], stride: Sequence[int], dtype: str) -> torch.Tensor:
-    """An uninitialised host tensor (used for outputs with no elements)."""
-    return torch.empty_strided(tuple(size), tuple(stride), dtype=torch_dtype(dtype))
+    """An uninitialised tensor on the graph's device (used for outputs with no elements)."""
+    return torch.empty_strided(tuple(size), tuple(stride), dtype=torch_dtype(dtype), device=graph_device())
 
 
 def rng_key(size: Sequence[int]) -> torch.Tensor:
     """Random int32 words from torch's default generator: the key of a counter-based random stream
     the kernels compute (a draw of a few words, no computation)."""
+    dev = graph_device()
+    if dev is not None:  # drawn by the device's generator, where the kernels read it
+        return torch.randint(-(1 << 31), (1 << 31) - 1, tuple(size), dtype=torch.int32, device=dev)
     return torch.randint(-(1 << 31), (1 << 31) - 1, tuple(size), dtype=torch.int32)
 
 

@@ -14,7 +14,7 @@ import weakref
 from types import ModuleType
 from typing import Any
 
-from . import host
+from . import host, placement
 
 _FILE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.py$")
 
@@ -28,12 +28,34 @@ class CompiledModule:
         self.kernels = getattr(wrapper, "kernels", None)
         self.kernels_source = _read(os.path.join(path, "kernels.py"))
         self.wrapper_source = _read(os.path.join(path, "wrapper.py"))
+        nki = getattr(self.kernels, "nki", None)
+        #: whether the kernels were loaded against the device runtime (TorchNeuron), not the simulator
+        self.on_device = nki is not None and getattr(nki, "is_simulator", True) is False
+        if self.on_device:
+            placement.mark_constants(wrapper)
 
     def __call__(self, args: list) -> Any:
-        return self.wrapper.call(args)
+        if not self.on_device:
+            return self.wrapper.call(args)
+        device = _device_of(args)
+        placement.to_graph_device(args, device)
+        with placement.running_on(device):
+            out = self.wrapper.call(args)
+        placement.check_outputs(out, device)
+        return out
 
     def __repr__(self) -> str:
         return f"CompiledModule({self.path!r})"
+
+
+def _device_of(args: list) -> Any:
+    """The ``neuron`` device the graph's device tensors are on (the current one when none is)."""
+    import torch
+
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == placement.DEVICE_TYPE:
+            return a.device
+    return torch.device(placement.DEVICE_TYPE)
 
 
 def _read(path: str) -> str:

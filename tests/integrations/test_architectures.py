@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "architectures.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "arch_checks.py"
 
 
 def _load():
-    mod = sys.modules.get("neuron_benchmarks_architectures")
+    mod = sys.modules.get("neuron_benchmarks_arch_checks")
     if mod is None:
-        spec = importlib.util.spec_from_file_location("neuron_benchmarks_architectures", _PATH)
+        spec = importlib.util.spec_from_file_location("neuron_benchmarks_arch_checks", _PATH)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)

@@ -58,6 +58,7 @@ def test_hybrid_sliding_layers_keep_every_position(monkeypatch):
     assert int(layer.get_seq_length()) == PROMPT
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("active", [False, True])
 def test_full_length_layer_matches_stock_eagerly(monkeypatch, active):
     """Storing every position and masking the window gives the stock rolling layer's results."""
@@ -73,6 +74,7 @@ def test_full_length_layer_matches_stock_eagerly(monkeypatch, active):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.smoke
 @pytest.mark.slow
 def test_compiled_decode_is_one_graph_past_the_window():
     """What a user writes: compile the forward with our backend, generate with a static cache."""

@@ -35,7 +35,11 @@ def ex():
     spec = importlib.util.spec_from_file_location("nki_vit_mlp_example", EXAMPLE)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(EXAMPLE.parent))  # the example imports its sibling helper ``_proof``
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(EXAMPLE.parent))
     return mod
 
 
