@@ -111,6 +111,12 @@ ARCHS: dict[str, dict[str, Any]] = {
     "solar_open": dict(MOE, experts_implementation="batched_mm", n_routed_experts=4),
     "vaultgemma": {},
     "zaya": dict(MOE, experts_implementation="batched_mm", num_experts_per_tok=1, router_hidden_size=32),
+    # its FFN and attention settings live in sub-configs the shared keys do not reach; its experts are a
+    # Python loop over the experts hit (graph breaks, a per-expert slice of each packed weight as a graph
+    # input), and clip_qkv clamps the fused QKV projection. d_model by name: the config copies it into
+    # ffn_config before the shared ``hidden_size`` alias is applied
+    "dbrx": dict(d_model=64, hidden_size=None, ffn_config={"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
+                 attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0}),
 }
 #: rows trained at fewer tokens than the matrix's 130: rwkv's CPU WKV (``rwkv_linear_attention_cpu``)
 #: is a Python loop over positions that Dynamo unrolls into one graph of ~20 ops per position and

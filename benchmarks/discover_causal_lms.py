@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-import architectures as A  # noqa: E402
+import arch_checks as A  # noqa: E402
 
 
 def _attempt(arch: str, q: Any) -> None:

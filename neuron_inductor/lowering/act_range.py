@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ..spec.ops import ACT_RANGE, ActFunc
+from ..spec import AluOp, Engine
 from .builder import TVal
 
 LOG_LO, LOG_HI, _ = ACT_RANGE[ActFunc.log]
@@ -38,16 +39,14 @@ UP, DOWN = 2.0 ** 100, 2.0 ** -64
 
 def _ts(ctx, kind: str, data, op0: str, v0, op1: str | None = None, v1=None, engine: str = "vector"):
     dst = ctx.new(kind, "float32")
-    srcs, attrs = {"data": data, "operand0": v0}, {"op0": op0}
-    if op1 is not None:
-        srcs["operand1"], attrs["op1"] = v1, op1
-    ctx.kb.instr(engine, "tensor_scalar", dst, srcs, **attrs)
+    ctx.kb.tensor_scalar(dst, data=data, op0=op0, operand0=v0, op1=op1, operand1=v1 if op1 is not None else None,
+                         engine=engine)
     return dst
 
 
 def _tt(ctx, kind: str, a, b, op: str, dtype: str = "float32"):
     dst = ctx.new(kind, dtype)
-    ctx.kb.instr("vector", "tensor_tensor", dst, {"data1": a, "data2": b}, op=op)
+    ctx.kb.tensor_tensor(dst, data1=a, data2=b, op=op)
     return dst
 
 
@@ -100,14 +99,12 @@ def sin(ctx, a: TVal, shift: float, dtype: str) -> TVal:
     # k may be off by one where (x + shift) / 2pi rounds across a half: fold |r| > pi back by 2pi
     fold = ctx.new(kind, "float32")
     for cmp, limit, op in (("greater", _PI_F32, "subtract"), ("less", -_PI_F32, "add")):
-        kb.instr("vector", "tensor_scalar", fold, {"data": r, "operand0": limit, "operand1": 2 * math.pi},
-                 op0=cmp, op1="multiply")
-        kb.instr("vector", "tensor_tensor", r, {"data1": r, "data2": fold}, op=op)
+        kb.tensor_scalar(fold, data=r, operand0=limit, operand1=2 * math.pi, op0=cmp, op1=AluOp.multiply)
+        kb.tensor_tensor(r, data1=r, data2=fold, op=op)
     kb.release(fold.tile)
-    kb.instr("vector", "tensor_scalar", r, {"data": r, "operand0": _PI_F32, "operand1": -_PI_F32},
-             op0="minimum", op1="maximum")
+    kb.tensor_scalar(r, data=r, operand0=_PI_F32, operand1=-_PI_F32, op0=AluOp.minimum, op1=AluOp.maximum)
     dst = ctx.new(kind, dtype)
-    kb.instr("scalar", "activation", dst, {"data": r}, op="sin", scale=1.0)
+    kb.activation(dst, data=r, op=ActFunc.sin, scale=1.0)
     kb.release(r.tile)
     return TVal(kind, dst)
 
@@ -117,7 +114,7 @@ def rsqrt(ctx, a: TVal, dtype: str) -> TVal:
         x = float(a.scalar)
         return TVal.const(math.inf if x == 0 else math.nan if x < 0 else 1 / math.sqrt(x))
     dst = ctx.new(a.kind, dtype)
-    ctx.kb.instr("gpsimd", "tensor_scalar", dst, {"data": a.region, "operand0": 0.0}, op0="rsqrt")
+    ctx.kb.tensor_scalar(dst, data=a.region, operand0=0.0, op0=AluOp.rsqrt, engine=Engine.gpsimd)
     return TVal(a.kind, dst)
 
 
@@ -127,7 +124,7 @@ def sqrt(ctx, a: TVal, dtype: str) -> TVal:
         return TVal.const(math.nan if x < 0 else math.sqrt(x))
     r = rsqrt(ctx, a, "float32")
     dst = ctx.new(a.kind, dtype)
-    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": r.region, "operand0": 0.0}, op0="reciprocal")
+    ctx.kb.tensor_scalar(dst, data=r.region, operand0=0.0, op0=AluOp.reciprocal)
     ctx.kb.release(r.region.tile)
     return TVal(a.kind, dst)
 
@@ -147,7 +144,7 @@ def log(ctx, a: TVal, dtype: str) -> TVal:
     for t in (up, down, f, xs):
         kb.release(t.tile)
     y = ctx.new(kind, "float32")
-    kb.instr("scalar", "activation", y, {"data": xc}, op="log", scale=1.0)
+    kb.activation(y, data=xc, op=ActFunc.log, scale=1.0)
     ks = _ts(ctx, kind, small, "multiply", math.log(UP))
     kb_ = _ts(ctx, kind, big, "multiply", -math.log(DOWN))
     y1 = _tt(ctx, kind, y, ks, "subtract")

@@ -4,15 +4,17 @@ An arithmetic ALU op converts its operands to fp32, which is exact only below 2*
 ``tbl-aluop``). The hardware's exact integer paths are ``tensor_tensor`` on all-int32 tiles (GpSimd,
 native 32-bit arithmetic) and the bitvec ops (VectorE, bit patterns). From these:
 
-* add / subtract / multiply run on GpSimd over int32 tiles and wrap modulo 2**32 as torch's int32
-  does; int8 / uint8 / int16 results are wrapped to their width with bit masks (uint8 100 + 200 = 44),
-  never saturated;
+* add / subtract / multiply run on GpSimd over int32 tiles when the operands' bounds prove the
+  result inside int32 (one instruction); otherwise they wrap modulo 2**32 as torch's int32 does,
+  built from 16-bit halves that never overflow (``int_wrap``: the docs promise exact 32-bit results,
+  not wrap-around); int8 / uint8 / int16 results are wrapped to their width with bit masks
+  (uint8 100 + 200 = 44), never saturated;
 * comparisons, max and min of values not proven to lie below 2**24 compare 16-bit digits taken with
   shifts and masks, each digit exact in fp32;
 * an int64 value read from HBM keeps both 32-bit words; add and subtract carry between the words;
   comparisons, ``where`` and bitwise ops work on both words;
 * an int64 multiply whose result may leave int32 is a word-pair product mod 2**64 (16-bit partial
-  products on GpSimd's wrapping int32 multiply), or shift-and-add for a constant up to 16;
+  products, ``int_wrap``), or shift-and-add for a constant up to 16;
 * what has no exact form here (an integer sum or max not proven exact in fp32) raises
   ``NotImplementedError``: the node becomes a declared fallback, run eagerly, logged and counted.
 
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import torch
 
+from . import int_wrap
 from .builder import TVal
+from ..spec import AluOp
 
 #: integers below this magnitude are exact in fp32
 EXACT = 1 << 24
@@ -84,37 +88,47 @@ def as_int32(ctx, v: TVal, kind: str, word: int = 0):
         r = t
     if v.kind == kind:
         return r
-    dst = ctx.new(kind, "int32")  # row -> full: 0 | row, a bit-exact broadcast
-    kb.memset(dst, 0)
-    kb.instr("vector", "tensor_scalar", dst, {"data": dst, "operand0": r}, op0="bitwise_or")
-    return dst
+    return _broadcast_row(ctx, r, kind)
+
+
+def _broadcast_row(ctx, r, kind: str):
+    """An int32 row ``[P, 1]`` broadcast bit-exactly over a tile of ``kind``. A ``tensor_scalar``
+    tile operand must be float32 (spec rule ``tensor-scalar-fp32-operand``; the NKI frontend refuses
+    int32 ones even with bitvec operators) and fp32 is exact only below 2**24, so the word travels as
+    two 16-bit halves, each broadcast by an exact fp32 add onto zeros and joined with a bitvec or:
+    ``((hi ^ 0x8000) - 0x8000) * 2**16 | lo``."""
+    kb = ctx.kb
+    hb = _ts(ctx, "bitwise_xor", r, -I32, "int32", "row", "right_shift", 16)  # signed high half + 2**15
+    hf, lf = ctx.new("row", "float32"), ctx.new("row", "float32")
+    kb.copy("vector", hf, hb)
+    kb.copy("vector", lf, _ts(ctx, "bitwise_and", r, 0xFFFF, "int32", "row"))
+    hs = _ts(ctx, "subtract", hf, 32768.0, "float32", "row")
+    zero = ctx.new(kind, "int32")
+    kb.memset(zero, 0)
+    top = _ts(ctx, "add", zero, hs, "int32", kind, "multiply", 65536.0)  # in [-2**31, 2**31 - 2**16]
+    low = _ts(ctx, "add", zero, lf, "int32", kind)
+    return _tt(ctx, "vector", "bitwise_or", top, low, "int32", kind)
 
 
 def _sign_word(ctx, v: TVal):
     """The high word of a value that fits in int32: -1 where it is negative, else 0 (a sign test is
     exact in fp32)."""
     dst = ctx.new(v.kind, "int32")
-    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": v.region, "operand0": 0.0}, op0="less",
-                 op1="multiply", operand1=-1.0)
+    ctx.kb.tensor_scalar(dst, data=v.region, operand0=0.0, op0=AluOp.less, op1=AluOp.multiply, operand1=-1.0)
     return dst
 
 
 def _tt(ctx, engine: str, op: str, a, b, dtype: str, kind: str):
     dst = ctx.new(kind, dtype)
-    ctx.kb.instr(engine, "tensor_tensor", dst, {"data1": a, "data2": b}, op=op)
+    ctx.kb.tensor_tensor(dst, data1=a, data2=b, op=op, engine=engine)
     return dst
 
 
 def _ts(ctx, op0: str, a, v0, dtype: str, kind: str, op1: str | None = None, v1=None,
         reverse0: bool = False):
     dst = ctx.new(kind, dtype)
-    srcs = {"data": a, "operand0": v0}
-    attrs = {"op0": op0}
-    if reverse0:
-        attrs["reverse0"] = True
-    if op1:
-        srcs["operand1"], attrs["op1"] = v1, op1
-    ctx.kb.instr("vector", "tensor_scalar", dst, srcs, **attrs)
+    ctx.kb.tensor_scalar(dst, data=a, op0=op0, operand0=v0, reverse0=reverse0 or None, op1=op1 or None,
+                         operand1=v1 if op1 else None)
     return dst
 
 
@@ -148,21 +162,26 @@ def arith(ctx, op: str, a: TVal, b: TVal, dtype: torch.dtype) -> TVal:
                 return _pair_times(ctx, v, int(c.scalar), kind)
             return _pair_multiply(ctx, a, b, kind)
         return _pair_addsub(ctx, op, a, b, kind)
-    dst = _tt(ctx, "gpsimd", op, as_int32(ctx, a, kind), as_int32(ctx, b, kind), "int32", kind)
-    return wrap(ctx, TVal(kind, dst, bound=res if res is not None and res < I32 else None), dtype)
+    if res is not None and res < I32:  # proven inside int32: one native instruction is exact
+        dst = _tt(ctx, "gpsimd", op, as_int32(ctx, a, kind), as_int32(ctx, b, kind), "int32", kind)
+        return wrap(ctx, TVal(kind, dst, bound=res), dtype)
+    x = as_int32(ctx, a, kind)
+    y = _wrapped(b) if b.kind == "scalar" else as_int32(ctx, b, kind)
+    dst = int_wrap.multiply(ctx, x, y, kind) if op == "multiply" else \
+        int_wrap.add(ctx, x, y, kind, subtract=op == "subtract")
+    return wrap(ctx, TVal(kind, dst), dtype)
+
+
+def _wrapped(c: TVal) -> int:
+    """A scalar's low 32-bit word as a Python int (what its int32 tile would hold)."""
+    return _wrap32(int(c.scalar))
 
 
 def _pair_addsub(ctx, op: str, a: TVal, b: TVal, kind: str) -> TVal:
     """64-bit add / subtract on (low, high) int32 word pairs with a carry (borrow) word."""
-    alo, blo = as_int32(ctx, a, kind), as_int32(ctx, b, kind)
-    ahi, bhi = as_int32(ctx, a, kind, 1), as_int32(ctx, b, kind, 1)
-    lo = _tt(ctx, "gpsimd", op, alo, blo, "int32", kind)
-    # add: carry = lo <u alo; subtract: borrow = alo <u blo
-    c8 = _unsigned_less(ctx, lo, alo, kind) if op == "add" else _unsigned_less(ctx, alo, blo, kind)
-    c = ctx.new(kind, "int32")
-    ctx.kb.copy("vector", c, c8)
-    hi = _tt(ctx, "gpsimd", op, ahi, bhi, "int32", kind)
-    hi = _tt(ctx, "gpsimd", op, hi, c, "int32", kind)
+    xs = [as_int32(ctx, a, kind), as_int32(ctx, a, kind, 1)]
+    ys = [as_int32(ctx, b, kind, w) for w in (0, 1)]
+    lo, hi = int_wrap.add_words(ctx, xs, ys, kind, subtract=op == "subtract")
     return TVal(kind, lo, hi=hi)
 
 
@@ -188,34 +207,14 @@ def _pair_times(ctx, v: TVal, c: int, kind: str) -> TVal:
     return acc
 
 
-def _mulhi_u32(ctx, x, y, kind: str):
-    """The high word of the unsigned 32 x 32-bit product of two int32 words, from 16-bit halves:
-    every partial product is below 2**32 and every sum of 16-bit pieces below 2**18, so GpSimd's
-    wrapping int32 multiply and add and the bitvec ``and`` / logical ``right_shift`` are exact."""
-    def half(w, high: bool):
-        return _ts(ctx, "right_shift", w, 16, "int32", kind) if high else \
-            _ts(ctx, "bitwise_and", w, 0xFFFF, "int32", kind)
-
-    def mul(p, q):
-        return _tt(ctx, "gpsimd", "multiply", p, q, "int32", kind)
-
-    def add(p, q):
-        return _tt(ctx, "gpsimd", "add", p, q, "int32", kind)
-    x0, x1, y0, y1 = half(x, False), half(x, True), half(y, False), half(y, True)
-    p00, p01, p10, p11 = mul(x0, y0), mul(x0, y1), mul(x1, y0), mul(x1, y1)
-    mid = add(add(half(p00, True), half(p01, False)), half(p10, False))
-    return add(add(add(p11, half(p01, True)), half(p10, True)), half(mid, True))
-
-
 def _pair_multiply(ctx, a: TVal, b: TVal, kind: str) -> TVal:
     """``a * b`` mod 2**64 on (low, high) int32 word pairs: low = lo(al * bl); high = hi(al * bl) +
     al * bh + ah * bl (mod 2**32), the wrap-around torch's int64 multiply has."""
     al, bl = as_int32(ctx, a, kind), as_int32(ctx, b, kind)
     ah, bh = as_int32(ctx, a, kind, 1), as_int32(ctx, b, kind, 1)
-    lo = _tt(ctx, "gpsimd", "multiply", al, bl, "int32", kind)
-    cross = _tt(ctx, "gpsimd", "add", _tt(ctx, "gpsimd", "multiply", al, bh, "int32", kind),
-                _tt(ctx, "gpsimd", "multiply", ah, bl, "int32", kind), "int32", kind)
-    hi = _tt(ctx, "gpsimd", "add", _mulhi_u32(ctx, al, bl, kind), cross, "int32", kind)
+    lo = int_wrap.multiply(ctx, al, bl, kind)
+    cross = int_wrap.add(ctx, int_wrap.multiply(ctx, al, bh, kind), int_wrap.multiply(ctx, ah, bl, kind), kind)
+    hi = int_wrap.add(ctx, int_wrap.mulhi_u32(ctx, al, bl, kind), cross, kind)
     return TVal(kind, lo, hi=hi)
 
 
@@ -231,8 +230,7 @@ def absolute(ctx, a: TVal, dtype: torch.dtype) -> TVal:
     out = TVal(a.kind, ctx.new(a.kind, "int32"), bound=bound(a))
     ctx.kb.copy("vector", out.region, as_int32(ctx, a, a.kind))  # a fresh tile: written below
     pred = _ts(ctx, "less", a.region, 0.0, "uint8", a.kind)  # a sign test is exact in fp32
-    ctx.kb.instr("vector", "tensor_copy_predicated", out.region,
-                 {"src": as_int32(ctx, neg, a.kind), "predicate": pred})
+    ctx.kb.tensor_copy_predicated(out.region, src=as_int32(ctx, neg, a.kind), predicate=pred)
     return wrap(ctx, out, dtype)
 
 
@@ -272,22 +270,13 @@ def _greater(ctx, da: list, db: list, kind: str):
     return gt
 
 
-def _unsigned_less(ctx, a, b, kind: str):
-    return _greater(ctx, _digits(ctx, b, False, kind), _digits(ctx, a, False, kind), kind)
-
-
 def _equal(ctx, a: TVal, b: TVal, wide: bool, kind: str):
     """``a == b`` bit-exactly: the words' xors or-ed together, compared with 0 (exact in fp32). A row
-    operand is the per-partition operand of a bitvec ``tensor_scalar`` (no broadcast)."""
-    if a.kind != kind:
-        a, b = b, a
+    operand is broadcast first (a bitvec ``tensor_scalar`` takes no integer tile operand)."""
     d = None
     for w in ((0, 1) if wide else (0,)):
         x = as_int32(ctx, a, kind, w)
-        if b.kind == "row" and kind == "full":
-            y = _ts(ctx, "bitwise_xor", x, as_int32(ctx, b, "row", w), "int32", kind)
-        else:
-            y = _tt(ctx, "vector", "bitwise_xor", x, as_int32(ctx, b, kind, w), "int32", kind)
+        y = _tt(ctx, "vector", "bitwise_xor", x, as_int32(ctx, b, kind, w), "int32", kind)
         d = y if d is None else _tt(ctx, "vector", "bitwise_or", d, y, "int32", kind)
     return _ts(ctx, "equal", d, 0.0, "uint8", kind)
 
@@ -393,8 +382,7 @@ def _small_vs_wide(ctx, op: str, s: TVal, w: TVal) -> TVal:
         ctx.kb.copy("vector", dst, res)
         return TVal(kind, dst, bound=1)
     dst = ctx.new(kind, "uint8")  # w a row, s full: r * in + c in one instruction
-    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": r, "operand0": inr, "operand1": c},
-                 op0="multiply", op1="add")
+    ctx.kb.tensor_scalar(dst, data=r, operand0=inr, operand1=c, op0=AluOp.multiply, op1=AluOp.add)
     return TVal(kind, dst, bound=1)
 
 
@@ -405,8 +393,7 @@ def select(ctx, pred, a: TVal, b: TVal, kind: str) -> TVal:
     for w in ((0, 1) if wide else (0,)):
         out = ctx.new(kind, "int32")
         ctx.kb.copy("vector", out, as_int32(ctx, b, kind, w))
-        ctx.kb.instr("vector", "tensor_copy_predicated", out,
-                     {"src": as_int32(ctx, a, kind, w), "predicate": pred})
+        ctx.kb.tensor_copy_predicated(out, src=as_int32(ctx, a, kind, w), predicate=pred)
         words.append(out)
     ba, bb = bound(a), bound(b)
     return TVal(kind, words[0], hi=words[1] if wide else None,

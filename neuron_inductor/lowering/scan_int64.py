@@ -18,6 +18,7 @@ from .along_axis import Chunk, Rows, walk_rows
 from .builder import KernelBuilder
 from .regions import LRegion
 from .integers import EXACT
+from ..spec import AluOp
 
 #: longest axis whose byte prefix sums fp32 holds exactly
 MAX_LENGTH = (EXACT - 1) // 255
@@ -55,16 +56,13 @@ def lower_int64_cumsum(kb: KernelBuilder, xr: LRegion, out: LRegion, d: int) -> 
 
         def ts(src, op0, v0, op1=None, v1=None, dtype="int32", prefix="t") -> TileRegion:
             dst = new(dtype, prefix)
-            srcs = {"data": src, "operand0": v0}
-            attrs = {"op0": op0}
-            if op1 is not None:
-                srcs["operand1"], attrs["op1"] = v1, op1
-            kb.instr("vector", "tensor_scalar", dst, srcs, **attrs)
+            kb.tensor_scalar(dst, data=src, op0=op0, operand0=v0, op1=op1,
+                             operand1=v1 if op1 is not None else None)
             return dst
 
         def tt(a, b, op, engine) -> TileRegion:
             dst = new("int32", "t")
-            kb.instr(engine, "tensor_tensor", dst, {"data1": a, "data2": b}, op=op)
+            kb.tensor_tensor(dst, data1=a, data2=b, op=op, engine=engine)
             return dst
 
         def free(*regions: TileRegion) -> None:
@@ -90,9 +88,8 @@ def lower_int64_cumsum(kb: KernelBuilder, xr: LRegion, out: LRegion, d: int) -> 
             b = ts(w, "right_shift", shift, "bitwise_and", 255, prefix="byte") if shift \
                 else ts(w, "bitwise_and", 255, prefix="byte")
             s = new("float32", "sum")
-            kb.instr("vector", "tensor_tensor_scan", s,
-                     {"data0": ones.region(rw.rows, ch.cols), "data1": b,
-                      "initial": carries[k] if carries else 0.0}, op0="multiply", op1="add")
+            kb.tensor_tensor_scan(s, data0=ones.region(rw.rows, ch.cols), data1=b,
+                                  initial=carries[k] if carries else 0.0, op0=AluOp.multiply, op1=AluOp.add)
             if carries:
                 kb.copy("vector", carries[k], TileRegion(s.tile, (0, ch.cols - 1), (rw.rows, 1)))
             si = new("int32", "isum")

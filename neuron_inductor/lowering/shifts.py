@@ -14,7 +14,8 @@ import torch
 
 from . import integers
 from .builder import TVal
-from .registry import register_pointwise
+from .registry import register_lowering
+from ..spec import AluOp
 
 aten = torch.ops.aten
 
@@ -23,13 +24,11 @@ def _arith32(ctx, kind: str, x, s: int):
     """Arithmetic right shift of an int32 region by 0 < s < 32: the logical shift OR the sign fill."""
     kb = ctx.kb
     lsr = ctx.new(kind, "int32")
-    kb.instr("vector", "tensor_scalar", lsr, {"data": x, "operand0": s}, op0="right_shift")
+    kb.tensor_scalar(lsr, data=x, operand0=s, op0=AluOp.right_shift)
     fill = ctx.new(kind, "int32")
-    kb.instr("vector", "tensor_scalar", fill, {"data": x, "operand0": 0.0,
-                                               "operand1": -float(2 ** (32 - s))},
-             op0="less", op1="multiply")
+    kb.tensor_scalar(fill, data=x, operand0=0.0, operand1=-float(2 ** (32 - s)), op0=AluOp.less, op1=AluOp.multiply)
     out = ctx.new(kind, "int32")
-    kb.instr("vector", "tensor_tensor", out, {"data1": lsr, "data2": fill}, op="bitwise_or")
+    kb.tensor_tensor(out, data1=lsr, data2=fill, op=AluOp.bitwise_or)
     kb.release(lsr.tile)
     kb.release(fill.tile)
     return out
@@ -45,17 +44,17 @@ def _rshift64(ctx, a: TVal, s: int) -> TVal:
     if s >= 32:
         return TVal(kind, hi if s == 32 else _arith32(ctx, kind, hi, s - 32), hi=_arith32(ctx, kind, hi, 31))
     lsr = ctx.new(kind, "int32")
-    kb.instr("vector", "tensor_scalar", lsr, {"data": lo, "operand0": s}, op0="right_shift")
+    kb.tensor_scalar(lsr, data=lo, operand0=s, op0=AluOp.right_shift)
     carry = ctx.new(kind, "int32")
-    kb.instr("vector", "tensor_scalar", carry, {"data": hi, "operand0": 32 - s}, op0="left_shift")
+    kb.tensor_scalar(carry, data=hi, operand0=32 - s, op0=AluOp.left_shift)
     new_lo = ctx.new(kind, "int32")
-    kb.instr("vector", "tensor_tensor", new_lo, {"data1": lsr, "data2": carry}, op="bitwise_or")
+    kb.tensor_tensor(new_lo, data1=lsr, data2=carry, op=AluOp.bitwise_or)
     kb.release(lsr.tile)
     kb.release(carry.tile)
     return TVal(kind, new_lo, hi=_arith32(ctx, kind, hi, s))
 
 
-@register_pointwise(aten.__rshift__.Scalar, aten.bitwise_right_shift.Tensor_Scalar)
+@register_lowering(aten.__rshift__.Scalar, aten.bitwise_right_shift.Tensor_Scalar, kind="pointwise")
 def _rshift(ctx, node, a: TVal, s) -> TVal:
     s = s.scalar if isinstance(s, TVal) else s
     dtype = node.meta["val"].dtype

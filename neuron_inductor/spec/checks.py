@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..target import Target, get_target
-from .instrs import (FLOAT_DTYPES, INSTRS, INT_DTYPES, MATMUL_DTYPES, PREDICATE_DTYPES, DTYPES)
+from .instrs import (FLOAT_DTYPES, INSTRS, INT_DTYPES, MATMUL_ACCUMULATE_NONMATMUL_REFUSED, MATMUL_DST_DTYPES,
+                     MATMUL_IN_DTYPES, MATMUL_MOVING_FMAX, PREDICATE_DTYPES, DTYPES)
 from .ops import (ACT_RANGE, ALU_ENGINES, BITVEC, COMPARE, REDUCTION, UNARY, ActFunc, AluOp, act_func,
                   alu_op, name_of)
 from .rules import Finding
@@ -168,6 +169,7 @@ def _c_tensor_scalar(out, eng, t, ops, attrs) -> None:
         out.append(Finding("tensor-scalar-gpsimd-rsqrt", f"tensor_scalar on GpSimd with "
                            f"{', '.join(map(str, known))}; GpSimd is only allowed for rsqrt"))
     elif eng == "scalar" and t.nc_version >= 3:
+        # documented for trn2; the v4 docs lift it nowhere explicitly, so trn3 keeps it
         combo = (name_of(attrs.get("op0")), name_of(attrs.get("op1")))
         if combo not in _TS_SCALAR_COMBOS:
             out.append(Finding("tensor-scalar-scalar-combo", f"tensor_scalar on the Scalar Engine of "
@@ -180,7 +182,14 @@ def _c_tensor_scalar(out, eng, t, ops, attrs) -> None:
             continue
         v = ops[role] if role in ops else attrs.get(role)
         if a in BITVEC:
-            _ints(out, "tensor_scalar", a, ops, ("dst", "data", role))
+            _ints(out, "tensor_scalar", a, ops, ("dst", "data"))
+            if isinstance(v, Opnd) and v.dtype != "float32":
+                out.append(Finding("tensor-scalar-fp32-operand", f"tensor_scalar: {role} of bitvec {a} is a "
+                                   f"{v.dtype or 'non-float32'} tile; tile operands must be float32, so "
+                                   "bitvec operators take integer literals (broadcast integer rows another way)"))
+            elif isinstance(v, Opnd):
+                out.append(Finding("bitvec-integer", f"tensor_scalar: bitvec operator {a} with a float32 "
+                                   f"{role} tile; bitvec operators need integer operands"))
             continue
         if a in UNARY:
             if not (v is None or (_is_num(v) and not isinstance(v, bool) and v == 0)):
@@ -255,17 +264,23 @@ def _c_nc_matmul(out, eng, t, ops, attrs) -> None:
     _mem(out, "nc_matmul", ops, "moving", ("sbuf",))
     _mem(out, "nc_matmul", ops, "dst", ("psum",))
     s, m, d = ops.get("stationary"), ops.get("moving"), ops.get("dst")
+    nc = t.nc_version
+    ins, dsts = MATMUL_IN_DTYPES[nc], MATMUL_DST_DTYPES[nc]
     for role, v in (("stationary", s), ("moving", m)):
-        if isinstance(v, Opnd) and v.dtype is not None and v.dtype not in MATMUL_DTYPES:
-            out.append(Finding("matmul-dtype", f"nc_matmul {role} is {v.dtype}; inputs are "
-                               "fp8/bf16/fp16/tf32/fp32"))
+        if isinstance(v, Opnd) and v.dtype is not None and v.dtype not in ins:
+            out.append(Finding("matmul-dtype", f"nc_matmul {role} is {v.dtype}; inputs on {t.name} are "
+                               f"{'/'.join(sorted(ins))}"))
     if isinstance(s, Opnd) and isinstance(m, Opnd) and s.dtype and m.dtype:
         f32 = ("float32", "tfloat32")
         if (s.dtype in f32) != (m.dtype in f32):
             out.append(Finding("matmul-dtype", f"nc_matmul: {s.dtype} x {m.dtype}; fp32/tf32 pairs only "
                                "with fp32/tf32"))
-    if isinstance(d, Opnd) and d.dtype is not None and d.dtype != "float32" and t.nc_version <= 3:
-        out.append(Finding("matmul-dtype", f"nc_matmul dst is {d.dtype}; must be float32 on {t.name}"))
+        if {s.dtype, m.dtype} == {"float8_e4m3", "float8_e4m3fn"}:
+            out.append(Finding("matmul-dtype", "nc_matmul: legacy float8_e4m3 and OCP float8_e4m3fn "
+                               "cannot be mixed"))
+    if isinstance(d, Opnd) and d.dtype is not None and d.dtype not in dsts:
+        out.append(Finding("matmul-dtype", f"nc_matmul dst is {d.dtype}; must be {'/'.join(sorted(dsts))} "
+                           f"on {t.name}"))
     if isinstance(s, Opnd) and isinstance(m, Opnd) and None not in (s.partitions, s.free, m.partitions, m.free):
         problems = []
         if s.partitions != m.partitions:
@@ -274,8 +289,10 @@ def _c_nc_matmul(out, eng, t, ops, attrs) -> None:
             problems.append(f"K={max(s.partitions, m.partitions)} > {t.matmul_k_max}")
         if s.free > t.matmul_m_max:
             problems.append(f"stationary free {s.free} > {t.matmul_m_max}")
-        if m.free > t.matmul_n_max:
-            problems.append(f"moving free {m.free} > {t.matmul_n_max}")
+        fmax = MATMUL_MOVING_FMAX[nc]
+        nmax = fmax.get(d.dtype if isinstance(d, Opnd) and d.dtype in fmax else "float32", fmax["float32"])
+        if m.free > nmax:
+            problems.append(f"moving free {m.free} > {nmax} on {t.name}")
         if isinstance(d, Opnd) and None not in (d.partitions, d.free) and (d.partitions, d.free) != (s.free, m.free):
             problems.append(f"dst is [{d.partitions}, {d.free}], expected [{s.free}, {m.free}]")
         if problems:
@@ -377,6 +394,11 @@ _CHECKS = {
 }
 
 
+def accumulate_onto_nonmatmul_refused(target: Target | str | None) -> bool:
+    """Whether ``matmul-accumulate-nonmatmul`` applies on the target (NeuronCore-v2/v3 only)."""
+    return MATMUL_ACCUMULATE_NONMATMUL_REFUSED[_target(target).nc_version]
+
+
 def reduce_axis_finding(axis: Any, rank: int) -> Finding | None:
     """``reduce-axis``: tensor_reduce reduces the last contiguous free axes (never axis 0)."""
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
@@ -466,3 +488,64 @@ def int_compare_finding(op: Any, engine: str, arrays: list[tuple[str, Any]]) -> 
     seen = ", ".join(f"{role} = {np.broadcast_to(v, both.shape)[i]}" for role, v in vals)
     return Finding("int-fp32-exact", f"{a} on the {engine} engine compares in float32 integer operands that "
                    f"both reach 2^24 ({seen}): the answer may differ from the integer comparison")
+
+
+_INT_RANGE = {"int32": (-(2 ** 31), 2 ** 31 - 1), "uint32": (0, 2 ** 32 - 1)}
+
+
+def int_overflow_finding(op: Any, a: Any, b: Any, dst_dtype: str) -> Finding | None:
+    """``int32-overflow``: GpSimd's native integer ``tensor_tensor`` (all int32/uint32 tiles) is
+    documented exact for 32-bit values only; a result outside the destination's 32-bit range has
+    no documented value (no wrap-around is promised), so it is refused. Products are judged in
+    float64, exact near the 2**31 / 2**32 bounds."""
+    name = name_of(op)
+    if name not in ("add", "subtract", "multiply") or dst_dtype not in _INT_RANGE:
+        return None
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    r = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply}[name](x, y)
+    lo, hi = _INT_RANGE[dst_dtype]
+    bad = (r < lo) | (r > hi)
+    if not bad.any():
+        return None
+    i = tuple(int(k[0]) for k in np.nonzero(bad))
+    u = int(np.broadcast_to(np.asarray(a), bad.shape)[i])
+    v = int(np.broadcast_to(np.asarray(b), bad.shape)[i])
+    exact = {"add": u + v, "subtract": u - v, "multiply": u * v}[name]
+    return Finding("int32-overflow", f"tensor_tensor {name} on GpSimd integers: {int(bad.sum())} "
+                   f"result(s) outside {dst_dtype}, e.g. {name}({u}, {v}) = {exact}; the NKI docs "
+                   "promise exact results for 32-bit values only, not wrap-around")
+
+
+def transpose_nonfinite_finding(engine: str, target: Target | str | None, values: Any) -> Finding | None:
+    """``transpose-nonfinite-v2``: a TensorE transpose on NeuronCore-v2 of data holding NaN/Inf."""
+    t = _target(target)
+    v = np.asarray(values)
+    if engine != "tensor" or t.nc_version != 2 or v.dtype.kind in "iub":
+        return None
+    bad = ~np.isfinite(v.astype(np.float32))
+    if not bad.any():
+        return None
+    first = float(v[bad].flat[0])
+    return Finding("transpose-nonfinite-v2", f"TensorE transpose on {t.name} (NeuronCore-v2) of "
+                   f"{int(bad.sum())} NaN/Inf value(s), e.g. {first!r}: not bit-accurate there")
+
+
+_INT_LIMITS = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+               "uint32": (0, 2 ** 32 - 1), "int32": (-(2 ** 31), 2 ** 31 - 1)}
+
+
+def float_to_int_finding(values: Any, dst_dtype: str) -> Finding | None:
+    """``float-int-conversion``: float values written to an integer destination that are NaN, +-Inf
+    or outside its range (as real numbers, so that no rounding direction can leave it)."""
+    v = np.asarray(values)
+    if dst_dtype not in _INT_LIMITS or v.dtype.kind != "f" or v.size == 0:
+        return None
+    lo, hi = _INT_LIMITS[dst_dtype]
+    x = v.astype(np.float64)
+    bad = ~((x >= lo) & (x <= hi))  # NaN compares false
+    if not bad.any():
+        return None
+    first = float(x[bad].flat[0])
+    return Finding("float-int-conversion", f"{int(bad.sum())} float value(s) converted to {dst_dtype} are "
+                   f"NaN, +-Inf or outside [{lo}, {hi}], e.g. {first!r}: the NKI docs do not say what the "
+                   "hardware makes of them")

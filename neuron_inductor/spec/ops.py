@@ -65,16 +65,26 @@ REDUCTION = frozenset({A.bitwise_and, A.bitwise_or, A.bitwise_xor, A.add, A.subt
 
 _V, _G, _S = "vector", "gpsimd", "scalar"
 #: SDK 2.26 ``tbl-aluop`` "Supported Engine" column, plus its note: "Add and Multiply are supported
-#: on Scalar Engine only from NeuronCore-v3" (value: engines per NeuronCore version 2 and 3)
+#: on Scalar Engine only from NeuronCore-v3" (value: engines per NeuronCore version 2, 3 and 4).
+#: That table predates NeuronCore-v4 and no later one lists engines per operator; the Trainium3 NKI
+#: architecture guide says only that v4 ScalarE "natively supports the tensor_scalar and
+#: tensor_copy instructions (same as VectorE)", without an operator list, so v4 keeps v3's rows
+#: (stricter than the hardware may be, never looser)
 ALU_ENGINES: dict[AluOp, dict[int, frozenset[str]]] = {}
+
+
+def _rows(v2: frozenset[str], v3: frozenset[str]) -> dict[int, frozenset[str]]:
+    return {2: v2, 3: v3, 4: v3}
+
+
 for _op in BITVEC | COMPARE | LOGICAL | {A.subtract, A.maximum, A.minimum}:
-    ALU_ENGINES[_op] = {2: frozenset({_V}), 3: frozenset({_V})}
+    ALU_ENGINES[_op] = _rows(frozenset({_V}), frozenset({_V}))
 for _op in (A.add, A.multiply):
-    ALU_ENGINES[_op] = {2: frozenset({_V, _G}), 3: frozenset({_V, _G, _S})}
-ALU_ENGINES[A.rsqrt] = {2: frozenset({_G, _S}), 3: frozenset({_G, _S})}
-ALU_ENGINES[A.reciprocal] = {2: frozenset({_V, _S}), 3: frozenset({_V, _S})}
-ALU_ENGINES[A.abs] = {2: frozenset({_V, _S}), 3: frozenset({_V, _S})}
-ALU_ENGINES[A.power] = {2: frozenset({_G}), 3: frozenset({_G})}
+    ALU_ENGINES[_op] = _rows(frozenset({_V, _G}), frozenset({_V, _G, _S}))
+ALU_ENGINES[A.rsqrt] = _rows(frozenset({_G, _S}), frozenset({_G, _S}))
+ALU_ENGINES[A.reciprocal] = _rows(frozenset({_V, _S}), frozenset({_V, _S}))
+ALU_ENGINES[A.abs] = _rows(frozenset({_V, _S}), frozenset({_V, _S}))
+ALU_ENGINES[A.power] = _rows(frozenset({_G}), frozenset({_G}))
 
 
 class ActFunc(StrEnum):

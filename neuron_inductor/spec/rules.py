@@ -44,9 +44,13 @@ _RULES = [
          f"{ISA} tensor_scalar 'must be of the same type'"),
     Rule("bitvec-integer", "bitvec operators need integer input/output dtypes",
          f"{SHARED} tbl-aluop intro; {ISA} tensor_tensor/tensor_scalar/tensor_reduce 'Data types'"),
-    Rule("tensor-scalar-fp32-operand", "with arithmetic operators, tensor_scalar operand0/operand1 must "
-         "be float32: a [P, 1] tile operand must be a float32 tile (number literals are converted)",
-         f"{ISA} tensor_scalar 'the operand0 and operand1 (if used) must be float32'"),
+    Rule("tensor-scalar-fp32-operand", "tensor_scalar operand0/operand1 are compile-time scalars or "
+         "[P, 1] tiles, and float32 is the only operand dtype documented: a tile operand must be a float32 "
+         "tile whatever the operator (an int32 tile is refused, with bitvec operators too: there only "
+         "data/dst are integer, so a bitvec operator takes integer literals); number literals are converted",
+         f"{ISA} tensor_scalar signature 'operand0: float | NkiTensor', 'operand0: a scalar constant or a "
+         "tile of shape (data.shape[0], 1)', 'the operand0 and operand1 (if used) must be float32', "
+         "'If bitvec operators are used, ... the input/output data types must be integer types'"),
     Rule("unary-operand", "a unary operator's operand must be None or 0",
          f"{ISA} tensor_scalar operand0 'Must be None or 0 when op0 is a unary operator'"),
     Rule("reduce-op-legal", "a reduction operator must have 'Legal Reduction op' = Y",
@@ -70,10 +74,12 @@ _RULES = [
          f"{ISA} nc_transpose 'The output dst tile must have the same data type as that of data'"),
     Rule("transpose-shape", "nc_transpose: TensorE <= [128, 128], VectorE <= [32, 32]; dst is [F, P]",
          f"{ISA} nc_transpose 'Tile size'"),
-    Rule("matmul-dtype", "nc_matmul inputs are fp8/bf16/fp16/tf32/fp32 (fp32/tf32 only with fp32/tf32); "
-         "dst is float32 on NeuronCore-v2/v3", f"{ISA} nc_matmul 'Data types'"),
+    Rule("matmul-dtype", "nc_matmul inputs are fp8/bf16/fp16/tf32/fp32, plus float8_e4m3fn from "
+         "NeuronCore-v4 (fp32/tf32 only with fp32/tf32; float8_e4m3 never with float8_e4m3fn); dst is "
+         "float32 on NeuronCore-v2/v3, float32 or bfloat16 from v4", f"{ISA} nc_matmul 'Data types'"),
     Rule("matmul-shape", "nc_matmul: K equal and <= 128, stationary free <= 128, moving free <= 512 "
-         "(v2/v3), dst [M, N]", f"{ISA} nc_matmul 'Tile size' and 'Layout'"),
+         "(v2/v3; v4: 4096 for a float32 dst, 8192 for bfloat16), dst [M, N]",
+         f"{ISA} nc_matmul 'Tile size' and 'Layout'"),
     Rule("matmul-first-overwrite", "the first nc_matmul into a PSUM location must overwrite "
          "(accumulate=False or None); accumulate=True on an uninitialised location is undefined",
          f"{ISA} nc_matmul 'Accumulation mode'"),
@@ -113,6 +119,24 @@ _RULES = [
     Rule("int-fp32-exact", "integer values above 2^24 compared on an engine that computes in float32 "
          "give wrong answers (arithmetic ops cast inputs to float32)",
          f"{SHARED} tbl-aluop intro 'convert input elements into float32'; {ISA} tensor_tensor 'Float types'"),
+    Rule("int32-overflow", "GpSimd's native integer tensor_tensor arithmetic (add, subtract, multiply on "
+         "all-int32/uint32 tiles) must not produce a result outside the destination's 32-bit range: the "
+         "docs promise exact results for 32-bit values and say nothing of overflow (no wrap-around)",
+         f"{ISA} tensor_tensor 'int32/uint32 types: ... native integer arithmetic. This ensures exact "
+         "results for all 32-bit integer values'"),
+    Rule("transpose-nonfinite-v2", "on NeuronCore-v2 (trn1) a Tensor Engine transpose (nc_transpose on "
+         "TensorE, nc_matmul with is_transpose=True) of data holding NaN/Inf is not bit-accurate: refused "
+         "(transpose on VectorE, or replace NaN/Inf with finite values first)",
+         f"{ISA} nc_transpose 'On NeuronCore-v2, Tensor Engine transpose is not bit-accurate if the input "
+         "data contains NaN/Inf. You may consider replacing NaN/Inf with regular floats (float_max/float_min/"
+         "zeros) in the input matrix'; nc_matmul 'Transpose mode'"),
+    Rule("float-int-conversion", "a float -> integer conversion (an integer dst written from float values: "
+         "tensor_copy, dma_copy, the float32 result of an ALU op or activation) of NaN, +-Inf or a value "
+         "outside the destination's range is undocumented: refused (the docs define only the cast 'from "
+         "float32 to dst.dtype', not these values nor the rounding of fractions)",
+         f"{ISA} dma_copy 'first casting from src.dtype to float32, then from float32 to dst.dtype'; "
+         "tensor_copy 'intermediate FP32 cast when input and output data types differ'; tensor_tensor "
+         "'The float32 results are cast to dst.dtype'"),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}

@@ -78,8 +78,45 @@ def _inputs(args, grad: bool) -> list:
     return out
 
 
+#: where :func:`_shifted` places the second call's inputs in their storage
+SHIFT = 3
+
+
+def _shifted(args, grad: bool) -> list:
+    """The inputs again, each at storage offset ``SHIFT`` of a larger buffer (same sizes and
+    strides): Dynamo does not guard offsets, so the compiled graph is reused as is, as it is for a
+    per-expert slice of a packed weight. Code that baked the first call's offsets reads wrong data."""
+    out = []
+    for a in args:
+        buf = torch.empty(a.numel() + SHIFT, dtype=a.dtype)
+        c = buf[SHIFT:].view(a.shape).detach()  # a leaf that keeps the offset
+        c.copy_(a)
+        if grad and c.is_floating_point():
+            c.requires_grad_(True)
+        out.append(c)
+    return out
+
+
+def _compare(got, want, ca, ea, p: Program, grad: bool, where: str = "") -> Outcome | None:
+    for k, (g, w) in enumerate(zip(got, want)):
+        bad = _close(g, w, p.noisy)
+        if bad:
+            return Outcome("wrong-fwd", f"output {k}{where}: {bad}")
+    if grad:
+        for a, b, inp in zip(ca, ea, p.inputs):
+            if b.grad is None and a.grad is None:
+                continue
+            if (a.grad is None) != (b.grad is None):
+                return Outcome("wrong-grad", f"{inp.name}{where}: grad missing on one side")
+            bad = _close(a.grad, b.grad, p.noisy)
+            if bad:
+                return Outcome("wrong-grad", f"{inp.name}.grad{where}: {bad}")
+    return None
+
+
 def run(p: Program, grad: bool = True) -> Outcome:
-    """Eager vs compiled, forward and (``grad``) backward with the same random output seeds."""
+    """Eager vs compiled, forward and (``grad``) backward with the same random output seeds; the
+    compiled program runs twice, the second time on inputs at another storage offset."""
     from neuron_inductor import stats
     try:
         fn, args = p.build()
@@ -96,27 +133,25 @@ def run(p: Program, grad: bool = True) -> Outcome:
     ca = _inputs(args, grad)
     torch._dynamo.reset()
     stats.reset("compile", "fallback_ops")
+    sa = _shifted(args, grad)
     try:
-        got = _tensors(torch.compile(fn, backend="neuron")(*ca))
+        compiled = torch.compile(fn, backend="neuron")
+        got = _tensors(compiled(*ca))
+        if grad:
+            torch.autograd.backward(got, seeds)
+        bad = _compare(got, want, ca, ea, p, grad)
+        if bad:
+            return bad
+        got = _tensors(compiled(*sa))
         if grad:
             torch.autograd.backward(got, seeds)
     except Exception as e:  # noqa: BLE001 - every failure is classified and reported
         return failure(e)
     finally:
         torch._dynamo.reset()
-    for k, (g, w) in enumerate(zip(got, want)):
-        bad = _close(g, w, p.noisy)
-        if bad:
-            return Outcome("wrong-fwd", f"output {k}: {bad}")
-    if grad:
-        for a, b, inp in zip(ca, ea, p.inputs):
-            if b.grad is None and a.grad is None:
-                continue
-            if (a.grad is None) != (b.grad is None):
-                return Outcome("wrong-grad", f"{inp.name}: grad missing on one side")
-            bad = _close(a.grad, b.grad, p.noisy)
-            if bad:
-                return Outcome("wrong-grad", f"{inp.name}.grad: {bad}")
+    bad = _compare(got, want, sa, ea, p, grad, f" (inputs at storage offset {SHIFT})")
+    if bad:
+        return bad
     if stats.fallback_ops():
         return Outcome("fallback", ", ".join(sorted(map(str, stats.fallback_ops()))))
     return Outcome("ok")

@@ -41,12 +41,14 @@ def _check(fn, args, dtype):
     assert not bad, f"undeclared fallbacks for {dtype}: {bad}"
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("dtype", INTS, ids=str)
 def test_arithmetic_wraps(dtype):
     a, b = _values(dtype), _values(dtype, seed=1).flip(0)
     _check(lambda a, b: (a + b, a - b, a * b, -a, a.abs(), a * 3, a + 200, a - 7, 5 - a), (a, b), dtype)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
 def test_comparisons_exact(dtype):
     a, b = _values(dtype), _values(dtype, seed=1).flip(0)
@@ -58,11 +60,43 @@ def test_comparisons_exact(dtype):
         _check(outs, (a, b), dtype)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("dtype", INTS, ids=str)
 def test_min_max_where_clamp(dtype):
     a, b = _values(dtype), _values(dtype, seed=1).flip(0)
     _check(lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.where(a > b, a, b),
                          torch.where(a < 0, a, 0), a.clamp(-5, 100), a.clamp(min=0)), (a, b), dtype)
+
+
+#: scalar clamp bounds in and out of every dtype's range: torch <= 2.14 wraps some out-of-range
+#: bounds (uint8: -5 -> 251) and refuses others, torch 2.15 compares them exactly
+CLAMP_BOUNDS = [(-5, 100), (None, 300), (-300, None), (300, None), (None, -300), (-(2**40), 2**40),
+                (50, 10), (None, 2**31), (-1, None), (0, 255), (2**40, None)]
+
+
+def _eager_accepts(a, lo, hi) -> bool:
+    try:
+        a.clamp(lo, hi)
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32], ids=str)
+def test_clamp_bounds_follow_the_running_torch(dtype):
+    """Every scalar clamp the running torch accepts equals eager (no fallback); one it refuses raises
+    in the compiled call too (a declared fallback: eager's own error), never a number."""
+    a = _values(dtype)
+    ok = [b for b in CLAMP_BOUNDS if _eager_accepts(a, *b)]
+    stats.reset("fallback_ops")
+    check_cases(lambda a: tuple(a.clamp(lo, hi) for lo, hi in ok), [(a,)])
+    refused = [b for b in CLAMP_BOUNDS if b not in ok]
+    assert refused  # every torch refuses min=2**40
+    for lo, hi in refused[:1]:
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError):
+            torch.compile(lambda a: a.clamp(lo, hi) + 1, backend="neuron", options={"fallback": "warn"})(a)
 
 
 @pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
@@ -71,6 +105,7 @@ def test_bitwise(dtype):
     _check(lambda a, b: (a & b, a | b, a ^ b, a & 1), (a, b), dtype)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
 def test_casts_wrap(dtype):
     a = _values(dtype)
@@ -177,3 +212,14 @@ def test_pow_wraps_like_repeated_multiplication(dtype):
     stats.reset("fallback_ops")
     check_cases(lambda a, e: (a ** e, 3 ** e, a ** e[0, 0]), [(a, e)], fallback="warn", _allow_fallback=True)
     assert {k.split("(")[0] for k in stats.fallback_ops()} <= {"aten.pow.Tensor_Tensor", "aten.pow.Scalar"}
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_row_broadcast_is_bit_exact(dtype):
+    """A per-row integer column ([N, 1]: labels, positions) used against a full tile: broadcast as two
+    16-bit halves through fp32 (a bitvec ``tensor_scalar`` may not take an int32 tile operand), so
+    the limits, -1 and values above 2**24 keep every bit."""
+    row = _values(dtype, cols=1)
+    full = _values(dtype, seed=1)
+    _check(lambda r, f: (r | f, r ^ f, r == f, torch.where(f > 0, r, f), r.expand(130, 9) & -1),
+           (row, full), dtype)

@@ -49,6 +49,7 @@ def lint(body: str, target: str = "trn2") -> list[str]:
     ("indirect-dma-row-stride", "nisa.dma_copy(dst=t, src=in0.ap(pattern=[[8, 16], [1, 8]], offset=0, "
      "vector_offset=idx, indirect_dim=0))", "trn2"),
     ("tensor-scalar-fp32-operand", "nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=idx)", "trn2"),
+    ("tensor-scalar-fp32-operand", "nisa.tensor_scalar(dst=i, data=i, op0=nl.bitwise_or, operand0=idx)", "trn2"),
     ("gpsimd-no-psum", "nisa.memset(dst=p, value=0.0, engine=nisa.gpsimd_engine)", "trn2"),
     ("dtype-known", "x = nl.ndarray((16, 8), dtype=nl.float64, buffer=nl.sbuf)", "trn2"),
     ("instr-known", "nisa.tensor_divide(dst=u, data=t)", "trn2"),
@@ -69,6 +70,13 @@ def test_matmul_overwrite_after_memset_then_accumulate_is_fine():
     assert lint("nisa.memset(dst=p, value=0.0)\n"
                 "nisa.nc_matmul(dst=p, stationary=t, moving=t, accumulate=False)\n"
                 "nisa.nc_matmul(dst=p, stationary=t, moving=t, accumulate=True)") == []
+
+
+def test_accumulating_onto_memset_psum_is_allowed_from_v4():
+    """nc_matmul note: refused "On NeuronCore-v2 and NeuronCore-v3" only."""
+    body = "nisa.memset(dst=p, value=0.0)\nnisa.nc_matmul(dst=p, stationary=t, moving=t, accumulate=True)"
+    assert lint(body, "trn3") == []
+    assert lint(body, "trn2") == lint(body, "trn1") == ["matmul-accumulate-nonmatmul"]
 
 
 def test_conforming_kernel_is_clean_and_target_matters():

@@ -70,3 +70,31 @@ def test_conforming_calls_have_no_findings():
     assert not rules("activation", "scalar", "trn1", {"dst": F32, "data": F32, "bias": Opnd("sbuf", "bfloat16", 16, 1)},
                      {"op": "exp"})
     assert not rules("memset", "vector", "trn2", {"dst": F32}, {"value": 0})  # nki-library does this
+
+
+def _mm(target, dst_dtype="float32", n=8, s_dtype="bfloat16", m_dtype="bfloat16") -> list[str]:
+    return rules("nc_matmul", "tensor", target, {"dst": Opnd("psum", dst_dtype, 8, n),
+                                                 "stationary": Opnd("sbuf", s_dtype, 16, 8),
+                                                 "moving": Opnd("sbuf", m_dtype, 16, n)})
+
+
+def test_neuroncore_v4_matmul_rows():
+    """nc_matmul 'Data types' / 'Tile size': from NeuronCore-v4 a bfloat16 dst, float8_e4m3fn inputs
+    (never mixed with legacy float8_e4m3) and a moving tile up to 4096 (fp32 dst) / 8192 (bf16 dst)
+    columns; trn1/trn2 keep float32 dst and 512 columns."""
+    assert _mm("trn3", "bfloat16") == [] and _mm("trn2", "bfloat16") == ["matmul-dtype"]
+    assert _mm("trn3", n=4096) == [] and _mm("trn3", n=4097) == ["matmul-shape"]
+    assert _mm("trn3", "bfloat16", n=8192) == [] and _mm("trn3", "bfloat16", n=8193) == ["matmul-shape"]
+    assert _mm("trn2", n=513) == ["matmul-shape"] and _mm("trn1", n=512) == []
+    fn = dict(s_dtype="float8_e4m3fn", m_dtype="float8_e4m3fn")
+    assert _mm("trn3", **fn) == [] and _mm("trn2", **fn) == ["matmul-dtype", "matmul-dtype"]
+    assert _mm("trn3", s_dtype="float8_e4m3", m_dtype="float8_e4m3fn") == ["matmul-dtype"]
+
+
+def test_neuroncore_v4_keeps_v3_engines():
+    """v4's docstrings add indirection and new instructions, no engine changes: trn3 = trn2 rows."""
+    for spec in INSTRS.values():
+        assert spec.engines[4] == spec.engines[3], spec.name
+    assert not rules("tensor_copy", "scalar", "trn3", {"dst": F32, "src": F32})
+    assert rules("tensor_tensor", "gpsimd", "trn3", {"dst": F32, "data1": F32, "data2": F32},
+                 {"op": "greater"}) == ["alu-op-engine"]

@@ -17,6 +17,7 @@ Model (mirrors the official ``nki.simulate``, plus capacity checks):
   iteration ends (capacity reflects what is live) and using them afterwards is refused (``scope``).
 
 Modules: tensor.py (allocations, views, access patterns), language.py (``nl``), isa.py (``nisa``),
+namespace.py (the ``nl`` / ``nisa`` objects kernels get: the allowlisted names only),
 jit.py (kernel calls and torch/numpy conversion), state.py (scopes, limits, accounting),
 numerics.py (ALU ops and activation functions), dtypes.py, counters.py, errors.py.
 """
@@ -24,13 +25,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import isa as nisa
-from . import language as nl
+from . import isa as _isa
+from . import language as _language
 from .counters import (Counters, TraceRecord, counters, last_call_counters, record_trace,
                        reset_counters)
 from .errors import SimulatorError
 from .jit import SimKernel, jit, simulate
+from .namespace import Namespace
 from .state import current_limits, override_limits
+
+#: what kernels see: only the allowlisted names (the modules themselves stay internal)
+nl = Namespace("nl", _language)
+nisa = Namespace("nisa", _isa)
 
 
 class _Nki:

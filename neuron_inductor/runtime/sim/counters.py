@@ -82,7 +82,7 @@ def reset_counters() -> None:
     _last = Counters()
 
 
-def _finish_call(call: Counters) -> None:
+def finish_call(call: Counters) -> None:
     global _last
     _total.add(call)
     _last = call

@@ -1,8 +1,10 @@
 """Hardware dtypes on numpy.
 
 NKI dtypes are plain ``numpy.dtype`` objects here (bf16 from ``ml_dtypes``), so tiles keep their real
-storage precision.  Engines compute in fp32 and cast on write (:func:`cast_to`); float -> int casts
-truncate toward zero and saturate (NaN -> 0), a documented choice of this simulator.
+storage precision.  Engines compute in fp32 and cast on write (:func:`cast_to`). The NKI docs do not
+say how float -> int conversion rounds or what NaN, Inf and out-of-range values become: the
+instructions refuse the latter (spec rule ``float-int-conversion``) before calling :func:`cast_to`,
+and fractions truncate toward zero, a choice of this simulator (docs/numerics.md).
 """
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ asks the instruction specification (:mod:`neuron_inductor.spec`) whether the doc
 accepts the call on the target the kernel was compiled for (engine, operator, dtypes, memories,
 shapes) and refuses every violation with the rule id and its citation.  While computing it checks the
 value rules: activation inputs inside the function's valid range, integer comparisons exact in
-float32, matmul accumulation only onto matmul-initialised PSUM.  Inputs are computed in fp32
-(bitwise ops exactly on integers; GpSimd integer arithmetic natively in 32 bits) and cast on write
-to the destination dtype.  Each executed instruction is counted per engine (and traced).
+float32, matmul accumulation only onto matmul-initialised PSUM, GpSimd integer results inside 32
+bits.  Inputs are computed in fp32 (bitwise ops exactly on integers, written as bit patterns;
+GpSimd integer arithmetic exactly) and cast on write to the destination dtype.  Each executed instruction is counted per engine (and traced).
 """
 from __future__ import annotations
 
@@ -161,22 +161,29 @@ def _psum_written(d: Tensor, by_matmul: bool) -> None:
     a.other_written[sl] = not by_matmul
 
 
-def _write(dst: Tensor, values: np.ndarray) -> None:
+def _write(dst: Tensor, values: np.ndarray, bits: bool = False) -> None:
+    """Cast on write; ``bits``: a bitvec result, stored as its bit pattern (no dtype casting)."""
+    if bits and not dt.is_float(dst.dtype):
+        w = 8 * dst.dtype.itemsize
+        values = np.asarray(values).astype(np.int64) & ((1 << w) - 1)
+        if dst.dtype.kind == "i":
+            values = values - ((values >> (w - 1)) << w)
+    elif not dt.is_float(dst.dtype):
+        _raise_finding(spec.float_to_int_finding(values, dt.NAMES[dst.dtype]), dst)
     dst.array[...] = dt.cast_to(values, dst.dtype).reshape(dst.shape)
     _psum_written(dst, False)
 
 
 def _apply(op: Any, fn: Callable, a: np.ndarray, b: Any, native_int: bool) -> np.ndarray:
-    """``a op b``: bitvec exactly on integers, GpSimd integer arithmetic in wrapping 32-bit, the
-    rest in float32."""
+    """``a op b``: bitvec exactly on integers, GpSimd integer arithmetic exactly (the caller refuses
+    results that leave the destination's 32 bits), the rest in float32."""
     name = spec.name_of(op)
     if native_int and name not in spec.ops.BITVEC:
         native = INT_NATIVE.get(name or "")
         if native is None:
             raise refuse("unsupported-op", f"operator {op!r} on GpSimd integers is not implemented "
                          "by the simulator")
-        r = np.asarray(native(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)))
-        return (r.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        return np.asarray(native(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)))
     if name in spec.ops.BITVEC:
         return fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
     return fn(dt.to_f32(np.asarray(a)), dt.to_f32(np.asarray(b)))
@@ -201,6 +208,8 @@ def dma_copy(ctx: KernelContext, *, dst: Any, src: Any, dst_rmw_op: Any = None,
     _conform(ctx, "dma_copy", None, {"dst": dst, "src": src})
     values = src.read() if isinstance(src, AccessPattern) else src.array
     if dst.dtype != src.dtype:
+        if not dt.is_float(dst.dtype) and dt.is_float(src.dtype):
+            _raise_finding(spec.float_to_int_finding(values, dt.NAMES[dst.dtype]), dst)
         values = dt.cast_to(dt.to_f32(values), dst.dtype)
     values = np.asarray(values).reshape(dst.shape)
     if isinstance(dst, AccessPattern):
@@ -229,6 +238,8 @@ def nc_matmul(ctx: KernelContext, *, dst: Any, stationary: Any, moving: Any,
     _conform(ctx, "nc_matmul", "tensor", {"dst": d, "stationary": s, "moving": m},
              {"accumulate": accumulate})
     k, n = s.partitions, m.free_size
+    if is_transpose:
+        _raise_finding(spec.transpose_nonfinite_finding("tensor", ctx.target, _rows(s)), s)
     res = (dt.to_f32(_rows(s)).T @ dt.to_f32(_rows(m))).reshape(d.shape)
     alloc = d.alloc
     if alloc.mm_written is None:
@@ -241,10 +252,13 @@ def nc_matmul(ctx: KernelContext, *, dst: Any, stationary: Any, moving: Any,
         out[...] = np.where(seen, out + res, res)
     elif accumulate:
         other = alloc.other_written[sl]
-        if other.any() and ctx.target.nc_version <= 3:
-            _raise_finding(spec.Finding("matmul-accumulate-nonmatmul", f"{api}(accumulate=True) onto "
-                           f"{int(other.sum())} PSUM element(s) last written by a non-matmul instruction "
-                           f"(memset/tensor_copy/...), undefined on {ctx.target.name}"), d)
+        if spec.accumulate_onto_nonmatmul_refused(ctx.target):
+            if other.any():
+                _raise_finding(spec.Finding("matmul-accumulate-nonmatmul", f"{api}(accumulate=True) onto "
+                               f"{int(other.sum())} PSUM element(s) last written by a non-matmul instruction "
+                               f"(memset/tensor_copy/...), undefined on {ctx.target.name}"), d)
+        else:  # from NeuronCore-v4 a value-initialised location may be accumulated onto
+            seen = seen | other
         if not seen.all():
             _raise_finding(spec.Finding("matmul-first-overwrite", f"{api}(accumulate=True) onto "
                            f"{int((~seen).sum())} PSUM element(s) no matmul has initialised; the first "
@@ -263,6 +277,7 @@ def nc_transpose(ctx: KernelContext, *, dst: Any, data: Any, engine: Any = None)
     d, x = _tile(dst, "dst", api), _tile(data, "data", api)
     eng = _conform(ctx, "nc_transpose", _engine_name(engine), {"dst": d, "data": x})
     p, f = x.partitions, x.free_size
+    _raise_finding(spec.transpose_nonfinite_finding(eng, ctx.target, _rows(x)), x)
     d.array[...] = _rows(x).T.reshape(d.shape)  # same dtype: a bit-exact move
     _psum_written(d, eng == "tensor")
     ctx.count(eng, "nc_transpose", p, f, operands=(d, x), dims=(p, f))
@@ -332,7 +347,10 @@ def tensor_tensor(ctx: KernelContext, *, dst: Any, data1: Any, data2: Any, op: A
     _same_free(api, d, a)
     native = eng == "gpsimd" and all(t.dtype in (dt.int32, dt.uint32) for t in (d, a, b))
     _fp32_compare_check(op, eng, native, [("data1", _rows(a)), ("data2", _rows(b))], a, b)
-    _write(d, _apply(op, _fn(op, api), _rows(a), _rows(b), native))
+    r = _apply(op, _fn(op, api), _rows(a), _rows(b), native)
+    if native and spec.name_of(op) not in spec.ops.BITVEC:
+        _raise_finding(spec.int_overflow_finding(op, _rows(a), _rows(b), dt.NAMES[d.dtype]), d, a, b)
+    _write(d, r, bits=spec.name_of(op) in spec.ops.BITVEC)
     ctx.count(eng, "tensor_tensor", a.partitions, a.free_size, operands=(d, a, b))
 
 
@@ -368,7 +386,7 @@ def tensor_scalar(ctx: KernelContext, *, dst: Any, data: Any, op0: Any, operand0
         _fp32_compare_check(o, eng, False, [("data", v), (role, cv)], x)
         fn = _fn(o, api)
         v = _apply(o, fn, cv, v, False) if rev else _apply(o, fn, v, cv, False)
-    _write(d, v)
+    _write(d, v, bits=spec.name_of(op0) in spec.ops.BITVEC)
     ctx.count(eng, "tensor_scalar", x.partitions, x.free_size, operands=(d, x))
 
 
@@ -495,6 +513,8 @@ def tensor_tensor_scan(ctx: KernelContext, *, dst: Any, data0: Any, data1: Any, 
     for i in range(x0.shape[1]):
         t = f0(prev, x0[:, i]) if reverse0 else f0(x0[:, i], prev)
         r = f1(x1[:, i], t) if reverse1 else f1(t, x1[:, i])
+        if not dt.is_float(d.dtype):
+            _raise_finding(spec.float_to_int_finding(np.asarray(r, dtype=np.float32), dt.NAMES[d.dtype]), d)
         prev = dt.to_f32(dt.cast_to(np.asarray(r, dtype=np.float32), d.dtype))
         out[:, i] = prev
     _write(d, out)

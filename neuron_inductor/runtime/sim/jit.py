@@ -19,7 +19,7 @@ import numpy as np
 from neuron_inductor.target import KERNEL_TARGET_NAME
 
 from . import dtypes as dt
-from .counters import _finish_call
+from .counters import finish_call
 from .errors import refuse
 from .state import kernel_context
 from .tensor import Allocation, Tensor
@@ -143,7 +143,7 @@ class SimKernel:
                 kw[k] = w
             result = self.fn(*wrapped, **kw)
             out = self._convert(result, originals, torch_mode)
-        _finish_call(ctx.counters)
+        finish_call(ctx.counters)
         return out
 
     def _convert(self, result: Any, originals: dict[int, Any], torch_mode: bool) -> Any:

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from neuron_inductor import config
 from neuron_inductor.runtime.sim import nki, nl, nisa
 from neuron_inductor.runtime.sim.numerics import erf
 
@@ -73,6 +74,22 @@ def test_nc_matmul(dtype, accumulate):
 
     out = run_tiles(body, [s, mv], (m, n))
     np.testing.assert_allclose(out, ref * (1 if accumulate is False else 2), rtol=1e-5, atol=1e-5)
+
+
+def test_nc_matmul_accumulates_onto_a_memset_on_trn3():
+    """From NeuronCore-v4 a matmul may accumulate onto PSUM a memset initialised (refused on v2/v3:
+    tests/runtime/sim/test_sim_spec_refusals.py); the result is the memset value plus the product."""
+    s, mv = rand(32, 16), rand(32, 24)
+
+    def body(o, ts, tm):
+        acc = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=acc, value=1.5)
+        nisa.nc_matmul(dst=acc, stationary=ts, moving=tm, accumulate=True)
+        nisa.tensor_copy(dst=o, src=acc)
+
+    with config.patch(target="trn3"):
+        out = run_tiles(body, [s, mv], (16, 24))
+    np.testing.assert_allclose(out, s.T @ mv + 1.5, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("engine", ["tensor", "vector"])

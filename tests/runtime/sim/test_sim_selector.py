@@ -1,4 +1,4 @@
-"""neuron_inductor.runtime.nki: real NKI only with toolchain + device, never silently for 'device'."""
+"""neuron_inductor.runtime.nki: the device only when its runtime is usable, never silently for 'device'."""
 from __future__ import annotations
 
 import pytest
@@ -13,8 +13,11 @@ def host(monkeypatch):
     """Pretend the host has (or lacks) a device and a toolchain."""
     def set_host(device: bool, toolchain: bool) -> None:
         monkeypatch.setattr(selector, "device_present", lambda: device)
-        monkeypatch.setattr(selector, "_find_real", lambda: "fake_nki" if toolchain else None)
-    return set_host
+        monkeypatch.setattr(selector, "toolchain_problems",
+                            lambda: () if toolchain else ("an NKI 0.3+ toolchain (`import nki`: not installed)",))
+        selector.reset_probe()
+    yield set_host
+    selector.reset_probe()
 
 
 def test_this_machine_gets_the_simulator():
@@ -40,7 +43,7 @@ def test_simulator_forced_even_on_a_device_host(host):
 
 
 @pytest.mark.parametrize("device,toolchain,missing", [
-    (False, True, "Neuron device"), (True, False, "toolchain"), (False, False, "toolchain")])
+    (False, True, "Trainium host"), (True, False, "toolchain"), (False, False, "Trainium host")])
 def test_device_without_hardware_is_a_clear_error(host, device, toolchain, missing):
     host(device, toolchain)
     with config.patch(runtime="device"), pytest.raises(RuntimeError, match=missing):
@@ -50,7 +53,7 @@ def test_device_without_hardware_is_a_clear_error(host, device, toolchain, missi
 def test_device_selected_loads_the_real_modules(host, monkeypatch):
     host(True, True)
     loaded = []
-    monkeypatch.setattr(selector, "_load_real", lambda name: loaded.append(name) or ("n", "l", "i"))
+    monkeypatch.setattr(selector, "_load_real", lambda: loaded.append(1) or ("n", "l", "i"))
     with config.patch(runtime="device"):
         assert selector.select() == ("n", "l", "i")
-    assert loaded == ["fake_nki"]
+    assert loaded == [1]

@@ -132,6 +132,97 @@ def test_tensor_scalar_tile_operand_must_be_fp32():
     refused("tensor-scalar-fp32-operand", body)
 
 
+def test_tensor_scalar_bitvec_int_tile_operand_refused():
+    """The NKI frontend refuses ``operand0`` int32 tiles with bitvec operators too ("operand0 must be
+    float32, got i32"): only data/dst are integer there."""
+    def body(t):
+        c = sb((16, 1), nl.int32)
+        i = sb((16, F), nl.int32)
+        nisa.iota(dst=c, pattern=[[0, 1]], offset=1)
+        nisa.memset(dst=i, value=0)
+        nisa.tensor_scalar(dst=i, data=i, op0=nl.bitwise_or, operand0=c)
+
+    refused("tensor-scalar-fp32-operand", body)
+
+
+@covers("transpose-nonfinite-v2")
+def test_trn1_tensor_engine_transpose_of_infinities_refused():
+    """NeuronCore-v2's TensorE transpose "is not bit-accurate if the input data contains NaN/Inf";
+    nc_matmul(is_transpose=True) is the same TensorE transpose."""
+    def body(t):
+        u = sb()
+        nisa.memset(dst=u, value=float("-inf"))
+        nisa.nc_transpose(dst=ps((F, 16)), data=u, engine=nisa.tensor_engine)
+
+    def body_mm(t):
+        u = sb((8, 8))
+        nisa.memset(dst=u, value=float("nan"))
+        nisa.nc_matmul(dst=ps((8, 8)), stationary=u, moving=t[0:8, 0:8], is_transpose=True)
+
+    refused("transpose-nonfinite-v2", body, target="trn1")
+    refused("transpose-nonfinite-v2", body_mm, target="trn1")
+
+
+def test_transposes_of_infinities_are_exact_elsewhere():
+    """VectorE on trn1 and TensorE from NeuronCore-v3 (trn2) move NaN/Inf bit-exactly."""
+    v = X.copy()
+    v[[0, 5, 77]] = [np.inf, -np.inf, np.nan]
+    for target, engine in (("trn1", nisa.vector_engine), ("trn2", nisa.tensor_engine)):
+        def kernel(x):
+            t = sb()
+            nisa.dma_copy(dst=t, src=x.ap(pattern=[[F, 16], [1, F]], offset=0))
+            if engine is nisa.tensor_engine:
+                d = ps((F, 16))
+                nisa.nc_transpose(dst=d, data=t, engine=engine)
+            else:
+                d = sb((F, 16))
+                nisa.nc_transpose(dst=d, data=t, engine=engine)  # [16, 8] fits VectorE's [32, 32]
+            o = sb((F, 16))
+            nisa.tensor_copy(dst=o, src=d)
+            out = nl.ndarray((F * 16,), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out.ap(pattern=[[16, F], [1, 16]], offset=0), src=o)
+            return out
+
+        with config.patch(target=target):
+            got = nki.jit(kernel)(v)
+        np.testing.assert_array_equal(got.reshape(F, 16), v.reshape(16, F).T)
+
+
+def _to_int(values, dtype=nl.int32, via_dma=False):
+    n = len(values)
+
+    def kernel(x):
+        t = sb((1, n))
+        nisa.dma_copy(dst=t, src=x.ap(pattern=[[n, 1], [1, n]], offset=0))
+        i = sb((1, n), dtype)
+        out = nl.ndarray((n,), dtype=dtype, buffer=nl.shared_hbm)
+        if via_dma:
+            nisa.dma_copy(dst=out.ap(pattern=[[n, 1], [1, n]], offset=0), src=t)
+            return out
+        nisa.tensor_copy(dst=i, src=t)
+        nisa.dma_copy(dst=out.ap(pattern=[[n, 1], [1, n]], offset=0), src=i)
+        return out
+    return nki.jit(kernel)(np.asarray(values, np.float32))
+
+
+def test_float_to_int_in_range_truncates():
+    """The docs give no rounding for fractions; the simulator truncates toward zero (the compiler's
+    casts do not depend on it: tests/lowering/test_casts.py)."""
+    got = _to_int([2.7, -2.7, 0.5, -0.5, 2 ** 31 - 128, -(2 ** 31), 16777217.0])
+    np.testing.assert_array_equal(got, [2, -2, 0, 0, 2 ** 31 - 128, -(2 ** 31), 16777216])
+    np.testing.assert_array_equal(_to_int([255.0, 0.0, 3.9], nl.uint8), [255, 0, 3])
+
+
+@covers("float-int-conversion")
+@pytest.mark.parametrize("value,dtype,via_dma", [
+    (float("nan"), nl.int32, False), (float("inf"), nl.int32, False), (float("-inf"), nl.int32, True),
+    (2.0 ** 31, nl.int32, False), (-1.0, nl.uint8, False), (300.0, nl.int8, True), (255.5, nl.uint8, False)])
+def test_float_to_int_of_nan_inf_out_of_range_refused(value, dtype, via_dma):
+    with pytest.raises(SimulatorError) as info:
+        _to_int([1.0, value], dtype, via_dma)
+    assert info.value.rule == "float-int-conversion" and "NKI docs:" in str(info.value), str(info.value)
+
+
 @covers("unary-operand")
 def test_unary_operator_operand_is_none_or_zero():
     refused("unary-operand", lambda t: nisa.tensor_scalar(dst=sb(), data=t, op0=nl.abs, operand0=2.0))
@@ -348,19 +439,39 @@ def test_integer_compare_with_a_small_value_is_exact_in_fp32():
     np.testing.assert_array_equal(nki.jit(kernel)(big), [0.0, 1.0, 0.0, 0.0])
 
 
-def test_gpsimd_int32_arithmetic_is_native_and_exact():
-    big = np.array([2 ** 31 - 1, 2 ** 24 + 1, -7, 5], np.int32)
-
-    def kernel(x):
-        a = sb((1, 4), nl.int32)
-        nisa.dma_copy(dst=a, src=x.ap(pattern=[[4, 1], [1, 4]], offset=0))
-        o = sb((1, 4), nl.int32)
-        nisa.tensor_tensor(dst=o, data1=a, data2=a, op=nl.add)  # all-int32: GpSimd by default
-        out = nl.ndarray((4,), dtype=nl.int32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out.ap(pattern=[[4, 1], [1, 4]], offset=0), src=o)
+def _int_kernel(op, dtype, n: int):
+    def kernel(x, y):
+        a, b = sb((1, n), dtype), sb((1, n), dtype)
+        nisa.dma_copy(dst=a, src=x.ap(pattern=[[n, 1], [1, n]], offset=0))
+        nisa.dma_copy(dst=b, src=y.ap(pattern=[[n, 1], [1, n]], offset=0))
+        o = sb((1, n), dtype)
+        nisa.tensor_tensor(dst=o, data1=a, data2=b, op=op)  # all-int32/uint32: GpSimd by default
+        out = nl.ndarray((n,), dtype=dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out.ap(pattern=[[n, 1], [1, n]], offset=0), src=o)
         return out
+    return kernel
 
-    np.testing.assert_array_equal(nki.jit(kernel)(big), (big.astype(np.int64) * 2).astype(np.int32))
+
+def test_gpsimd_int32_arithmetic_is_native_and_exact():
+    """Exact 32-bit results (above 2^24, where fp32 would round), int32 and uint32."""
+    a = np.array([2 ** 30 - 1, 2 ** 24 + 1, -7, -(2 ** 31)], np.int32)
+    got = nki.jit(_int_kernel(nl.add, nl.int32, 4))(a, np.array([2 ** 30, 2, 5, 0], np.int32))
+    np.testing.assert_array_equal(got, [2 ** 31 - 1, 2 ** 24 + 3, -2, -(2 ** 31)])
+    u = np.array([65535, 2 ** 16 + 1, 3, 0], np.uint32)
+    got = nki.jit(_int_kernel(nl.multiply, nl.uint32, 4))(u, np.array([65535, 2 ** 15 - 1, 7, 9], np.uint32))
+    np.testing.assert_array_equal(got, u.astype(np.int64) * [65535, 2 ** 15 - 1, 7, 9])
+
+
+@covers("int32-overflow")
+@pytest.mark.parametrize("op,dtype,x,y", [
+    (nl.add, nl.int32, 2 ** 31 - 1, 1), (nl.multiply, nl.int32, 65536, 32768),
+    (nl.subtract, nl.int32, -(2 ** 31), 1), (nl.multiply, nl.uint32, 65536, 65536)])
+def test_gpsimd_integer_overflow_is_refused(op, dtype, x, y):
+    """No wrap-around is documented: a result leaving 32 bits is refused, not wrapped."""
+    npd = np.int32 if dtype == nl.int32 else np.uint32
+    with pytest.raises(SimulatorError) as info:
+        nki.jit(_int_kernel(op, dtype, 2))(np.array([x, 1], npd), np.array([y, 1], npd))
+    assert info.value.rule == "int32-overflow" and "NKI docs:" in str(info.value), str(info.value)
 
 
 def test_kernel_module_target_wins_over_config():
