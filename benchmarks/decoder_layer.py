@@ -27,6 +27,9 @@ from _models import TransformerBlock
 #: the layer's figures when it was lowered on meta tensors (SDPA's math form, not the flash kernels),
 #: as issue 12 records them; the summary prints them beside today's for the default shape
 PREVIOUS = {"ms": 264.0, "mfu": 12.5, "traffic": 17.6, "kernels": 50.0}
+#: the same lowering priced by the cost model before its calibration on NKIBench's measured kernels
+#: (benchmarks/calibrate.py, docs/results/calibration.md): trn2, default shape
+UNCALIBRATED = {"ms": 41.8, "mfu": 78.8}
 _SHORT = {"forward": "fw", "backward": "bw"}
 
 
@@ -129,7 +132,7 @@ def minimum_hbm_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="trn2")
+    ap.add_argument("--target", default="trn2", choices=("trn1", "trn2", "trn3"))
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=4096)
@@ -175,6 +178,9 @@ def main() -> None:
                             args.intermediate) == ("trn2", 2048, 1, 4096, 32, 11008) else None
     figs = step_figures(pc, useful, minimum, target.peak_bf16_flops, findings)
     print(format_step_summary(figs, previous))
+    if previous:
+        print(f"  calibrated model {figs['ms']:.1f} ms, MFU {figs['mfu']:.1f}% (uncalibrated model: "
+              f"{UNCALIBRATED['ms']:.1f} ms, MFU {UNCALIBRATED['mfu']:.1f}%)")
     print(f"  HFU (TensorE)    {figs['hfu']:.1f}% ({pc.matmul_flops / 1e12:.2f} TFLOP issued, "
           f"{useful / 1e12:.2f} useful, {target.peak_bf16_flops / 1e12:.1f} TFLOP/s peak); minimum HBM "
           f"{minimum / 1e9:.2f} GB")

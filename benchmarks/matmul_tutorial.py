@@ -1,10 +1,10 @@
 """Cost model vs the published NKI matmul tutorial: [4096, 8192] @ [8192, 8192] bf16, one trn1 NeuronCore.
 
-    /work/venv/bin/python benchmarks/matmul_tutorial.py [--target trn1|trn2]
+    python benchmarks/matmul_tutorial.py [--target trn1|trn2|trn3]
 
 Prints predicted vs published latency, TensorE utilization and HFU per tutorial kernel, then the
 model's full per-kernel table. The kernels are built as tile IR by tests/costmodel/tutorial_kernels.py.
-Published numbers are for trn1; on trn2 only the prediction is shown.
+Published numbers are for trn1; on trn2 and trn3 only the prediction is shown.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tutorial_kernels import PUBLISHED_HFU, PUBLISHED_MS, all_kernels  # noqa: E
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="trn1", choices=("trn1", "trn2"))
+    ap.add_argument("--target", default="trn1", choices=("trn1", "trn2", "trn3"))
     args = ap.parse_args(argv)
     target = get_target(args.target)
     costs = estimate_program(all_kernels(), target)

@@ -23,7 +23,7 @@ from ..spec import AluOp
 from ..target import Target
 
 # --- documented constants --------------------------------------------------------------------------
-#: minimum initiation interval of an engine instruction, cycles (nki.md §4.1 header: "MIN_II ≈ 64")
+#: minimum initiation interval of an engine instruction, cycles (docs/hardware.md, "Engines and their rates")
 MIN_II = 64
 #: fixed SBUF/PSUM access overhead of one Vector/Scalar/GpSimd instruction, cycles (§5.3, [A1]
 #: "~60 cycles per tensor access"). Operands of one instruction stream in parallel, so we charge it
@@ -40,7 +40,7 @@ LOAD_STATIONARY_SPEEDUP = 4
 #: Derived from the §5.4 efficiency rule: with 1 KiB of overhead per contiguous chunk, a 256 B chunk
 #: runs at 20% ("<256 B per partition is overhead-bound"), 2 KiB at 67% ("≥2 KiB recommended
 #: minimum"), 4 KiB at 80% and 64 KiB at 98% ("≥4 KiB saturates").
-DMA_DESCRIPTOR_OVERHEAD_BYTES = 1024
+DMA_DESCRIPTOR_OVERHEAD_BYTES = 192
 #: contiguous bytes per partition below which a descriptor is "small" (§5.4: ≥2 KiB recommended)
 SMALL_DESCRIPTOR_BYTES = 2048
 
@@ -61,6 +61,8 @@ class Cost:
     flops: float = 0.0
     matmul_flops: float = 0.0
     hbm_bytes: float = 0.0
+    #: of ``hbm_bytes``, the bytes written to HBM (the read/write mix sets the HBM efficiency)
+    hbm_write_bytes: float = 0.0
     #: bytes a DMA moves, and the part of them moved in descriptors under ``SMALL_DESCRIPTOR_BYTES``
     dma_bytes: float = 0.0
     dma_small_bytes: float = 0.0
@@ -95,7 +97,7 @@ def _clock(target: Target, engine: str) -> float:
 def _vector_speed(instr: Instr, target: Target | None, ev: Evaluator) -> float:
     """VectorE elements per lane per cycle: the §4.1 cycle counts assume one (128 per cycle, as
     NeuronCore-v2); trn2 processes 256 per cycle, and 512 in the bf16 perf mode of SBUF-contiguous
-    tensor_copy / tensor_scalar (nki.md §5.2). Rates come from the ``Target``."""
+    tensor_copy / tensor_scalar (docs/hardware.md, "Engines and their rates"). Rates come from the ``Target``."""
     if target is None or instr.engine != "vector":
         return 1.0
     speed = target.vector_elems_per_cycle / target.partitions
@@ -122,9 +124,13 @@ def instr_cycles(instr: Instr, ev: Evaluator, target: Target | None = None) -> t
         stat, mov = instr.srcs["stationary"], instr.srcs["moving"]
         k, m = _free(stat, ev)
         _, nmov = _free(mov, ev)
-        factor = FP32_MATMUL_FACTOR if "float32" in (stat.dtype, mov.dtype) else 1
-        # initiation interval max(min(64, N_stat), N_moving) per 128-row pass (K <= 128: one pass)
-        mm = max(min(MIN_II, m), nmov, MIN_II) * factor
+        fp32 = "float32" in (stat.dtype, mov.dtype)
+        factor = FP32_MATMUL_FACTOR if fp32 else 1
+        # initiation interval max(min(64, N_stat), N_moving) per 128-row pass (K <= 128: one pass),
+        # plus the measured fixed cost of each pass (``Target.tensor_pass_overhead_*``)
+        over = 0 if target is None else (target.tensor_pass_overhead_fp32 if fp32
+                                         else target.tensor_pass_overhead_bf16)
+        mm = (max(min(MIN_II, m), nmov, MIN_II) + over) * factor
         load_stationary = math.ceil(m * factor / LOAD_STATIONARY_SPEEDUP)
         return max(mm, load_stationary), 0, k * m * nmov
     if op == "nc_transpose":
@@ -234,6 +240,7 @@ def dma_cost(dma: Dma, target: Target, ev: Evaluator, queue: str) -> Cost:
     return Cost(latency=target.dma_fixed_s + data,
                 busy={"dma": pool, queue: max(target.dma_fixed_s, data)},
                 hbm_bytes=float(nbytes), dma_bytes=float(moved),
+                hbm_write_bytes=float(numel * DTYPE_BYTES[dma.dst.dtype]) if isinstance(dma.dst, HBMAccess) else 0.0,
                 dma_small_bytes=float(moved) if chunk < SMALL_DESCRIPTOR_BYTES else 0.0)
 
 

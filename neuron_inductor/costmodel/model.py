@@ -10,8 +10,9 @@ one iteration to the next. So the model summarises each statement list once and 
   list takes max(critical path, busiest resource) — the classic list-scheduling bound;
 * an ``affine`` loop is software-pipelined: ``latency(body) + (E-1) * II`` where the initiation
   interval II is the busiest resource of one iteration, or ``latency / depth`` when only ``depth``
-  iterations fit in PSUM (each in-flight iteration holds its PSUM banks; SBUF is not a limit because
-  the Neuron compiler allocates SBUF per tile, not per declared block);
+  iterations fit in PSUM or in SBUF (each in-flight iteration holds its PSUM banks, and in SBUF one
+  operand's worth of each tile it allocates: NKIBench's mamba scan, whose iteration works on more
+  than SBUF in whole [128, 7168] fp32 tiles, measures as its iterations run back to back);
 * a ``sequential`` loop never overlaps iterations: ``E * latency(body)``.
 
 Loop bodies whose sizes depend on the loop variable (ragged last tiles) are summarised twice, at the
@@ -53,6 +54,10 @@ class Summary:
     dma_small_bytes: float = 0.0
     counts: dict[str, float] = field(default_factory=dict)
     psum_bytes: int = 0  # PSUM bytes per partition allocated inside (one iteration)
+    sbuf_bytes: int = 0  # SBUF bytes per partition allocated inside (one iteration)
+    hbm_write_bytes: float = 0.0
+    #: ``Target.hbm_rw_mix_penalty`` of the target being priced
+    rw_penalty: float = 0.0
 
     def add_totals(self, other: "Summary", times: float = 1.0) -> None:
         for r, b in other.busy.items():
@@ -62,12 +67,23 @@ class Summary:
         self.flops += other.flops * times
         self.matmul_flops += other.matmul_flops * times
         self.hbm_bytes += other.hbm_bytes * times
+        self.hbm_write_bytes += other.hbm_write_bytes * times
         self.dma_bytes += other.dma_bytes * times
         self.dma_small_bytes += other.dma_small_bytes * times
 
     @property
+    def dma_busy(self) -> float:
+        """The DMA pool's busy time, stretched by the HBM read/write mix: traffic that both reads
+        and writes HBM moves fewer bytes per second than one-way traffic (``Target.hbm_rw_mix_penalty``)."""
+        busy = self.busy.get("dma", 0.0)
+        if busy <= 0.0 or self.hbm_bytes <= 0.0:
+            return busy
+        w = self.hbm_write_bytes / self.hbm_bytes
+        return busy / (1.0 - self.rw_penalty * min(w, 1.0 - w))
+
+    @property
     def bottleneck(self) -> float:
-        return max(self.busy.values(), default=0.0)
+        return max([b for r, b in self.busy.items() if r != "dma"] + [self.dma_busy], default=0.0)
 
 
 #: instruction operands that are written, not read (``activation(reduce_res=...)``)
@@ -124,9 +140,37 @@ def _free_symbols(stmts: list[Stmt]) -> set[sympy.Symbol]:
     return syms
 
 
+def _grains(stmts: list[Stmt]) -> dict[Tile, int]:
+    """Per SBUF tile, the most bytes per partition one instruction or DMA touches at once: the
+    compiler recycles a multi-tile block piece by piece as its consumers finish, so what an in-flight
+    iteration pins is one operand's worth of each tile, not the declared block."""
+    out: dict[Tile, int] = {}
+
+    def note(r) -> None:
+        if isinstance(r, TileRegion) and r.tile.memory == "sbuf":
+            n = DTYPE_BYTES[r.tile.dtype]
+            for size, full in zip(r.sizes[1:], r.tile.shape[1:]):
+                n *= int(size) if isinstance(size, int) or getattr(size, "is_number", False) else full
+            out[r.tile] = max(out.get(r.tile, 0), n)
+
+    for s in stmts:
+        if isinstance(s, Loop):
+            for t, n in _grains(s.body).items():
+                out[t] = max(out.get(t, 0), n)
+        elif isinstance(s, Dma):
+            note(s.src)
+            note(s.dst)
+        elif isinstance(s, Instr):
+            note(s.dst)
+            for v in s.srcs.values():
+                note(v)
+    return out
+
+
 class _Walker:
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, grains: dict[Tile, int] | None = None) -> None:
         self.target = target
+        self.grains = grains or {}
         self._queues: dict[int, str] = {}
         self._deps: dict[int, set[sympy.Symbol]] = {}
 
@@ -141,13 +185,14 @@ class _Walker:
         reads, writes = _operands(s)
         key = "dma" if isinstance(s, Dma) else s.engine
         return Summary(latency=c.latency, busy=dict(c.busy), need={t: 0.0 for t in reads | writes},
+                       hbm_write_bytes=c.hbm_write_bytes, rw_penalty=self.target.hbm_rw_mix_penalty,
                        reads=reads, writes=writes, flops=c.flops, matmul_flops=c.matmul_flops,
                        hbm_bytes=c.hbm_bytes, dma_bytes=c.dma_bytes, dma_small_bytes=c.dma_small_bytes,
                        counts={key: 1.0})
 
     # -- statement lists -----------------------------------------------------------------------
     def body(self, stmts: list[Stmt], env: dict) -> Summary:
-        out = Summary()
+        out = Summary(rw_penalty=self.target.hbm_rw_mix_penalty)
         local: set[Tile] = set()
         write_done: dict[Tile, float] = {}
         read_done: dict[Tile, float] = {}
@@ -160,6 +205,9 @@ class _Walker:
                 if s.tile.memory == "psum":  # PSUM is handed out in whole banks
                     bank = self.target.psum_bank_bytes
                     out.psum_bytes += -(-s.tile.bytes_per_partition // bank) * bank
+                else:
+                    out.sbuf_bytes += min(s.tile.bytes_per_partition,
+                                          self.grains.get(s.tile, s.tile.bytes_per_partition))
                 continue
             sm = self.loop(s, env) if isinstance(s, Loop) else self.leaf(s, env)
             start = 0.0
@@ -181,6 +229,7 @@ class _Walker:
             out.writes |= sm.writes - local
             out.add_totals(sm)
             out.psum_bytes += sm.psum_bytes
+            out.sbuf_bytes += sm.sbuf_bytes
         out.latency = max(finish, out.bottleneck)
         return out
 
@@ -188,14 +237,16 @@ class _Walker:
     def loop(self, loop: Loop, env: dict) -> Summary:
         E = loop.extent
         if E <= 0:
-            return Summary()
+            return Summary(rw_penalty=self.target.hbm_rw_mix_penalty)
         deps = self._deps.get(id(loop))
         if deps is None:
             deps = self._deps[id(loop)] = _free_symbols(loop.body)
         first = self.body(loop.body, {**env, loop.var: 0})
         last = self.body(loop.body, {**env, loop.var: E - 1}) if (E > 1 and loop.var in deps) else first
         out = Summary(need=dict(first.need), reads=set(first.reads) | last.reads,
-                      writes=set(first.writes) | last.writes, psum_bytes=first.psum_bytes)
+                      writes=set(first.writes) | last.writes, psum_bytes=first.psum_bytes,
+                      sbuf_bytes=first.sbuf_bytes,
+                      rw_penalty=self.target.hbm_rw_mix_penalty)
         out.add_totals(first, E - 1)
         out.add_totals(last, 1)
         if loop.kind == "sequential" or E == 1:
@@ -204,6 +255,9 @@ class _Walker:
             ii = first.bottleneck
             if first.psum_bytes:
                 depth = max(1, self.target.psum_bytes_per_partition // max(1, first.psum_bytes))
+                ii = max(ii, first.latency / depth)
+            if first.sbuf_bytes:  # in-flight iterations each hold their SBUF tiles too
+                depth = max(1, self.target.sbuf_bytes_per_partition // first.sbuf_bytes)
                 ii = max(ii, first.latency / depth)
             out.latency = max(first.latency, last.latency) + (E - 1) * ii
         out.latency = max(out.latency, out.bottleneck)
@@ -279,9 +333,10 @@ def _bound(seconds: float, busy: dict[str, float], queue: float) -> str:
 
 def estimate_kernel(kernel: Kernel, target: Target) -> KernelCost:
     """Estimated time and resource use of one kernel on one NeuronCore of ``target``."""
-    sm = _Walker(target).body(kernel.body, {})
+    sm = _Walker(target, _grains(kernel.body)).body(kernel.body, {})
     seconds = sm.latency
     busy = {e: sm.busy.get(e, 0.0) for e in ENGINES}
+    busy["dma"] = sm.dma_busy
     util = {e: (min(1.0, b / seconds) if seconds > 0 else 0.0) for e, b in busy.items()}
     counts = {e: int(round(sm.counts.get(e, 0.0))) for e in ENGINES}
     queue = max((b for r, b in sm.busy.items() if r.startswith("dmaq")), default=0.0)

@@ -1,6 +1,6 @@
 """Matmul kernels: ``mm``/``bmm`` on TensorE with the pointwise epilogue fused.
 
-Tile plan (nki.md §6.1): output tiles of 128 rows (the stationary operand's free size) by 512
+Tile plan (docs/hardware.md, "Matmul tiling"): output tiles of 128 rows (the stationary operand's free size) by 512
 columns (one PSUM bank of fp32), the contraction axis on partitions in 128-deep steps accumulated in
 PSUM. Operands are read through access patterns, so a transposed or permuted operand costs no copy
 kernel. The PSUM tile is evicted to SBUF once and the epilogue (bias, activation, residual add, cast)
@@ -24,12 +24,13 @@ from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
 from .loops import maybe_loop, ragged
 from .registry import VIEWS, KernelContext, register_lowering
+from .transpose import tensor_transpose, tensor_transpose_exact
 
 aten = torch.ops.aten
 
 
-def _operand(kb: KernelBuilder, src: Source, batch_vars, batch_axes_strides, row_ax: int,
-             col_ax: int, row0, rows, col0, cols):
+def operand_access(kb: KernelBuilder, src: Source, batch_vars, batch_axes_strides, row_ax: int,
+                   col_ax: int, row0, rows, col0, cols):
     """Access [rows over ``row_ax``, cols over ``col_ax``] of an operand (logical axes)."""
     m = src.meta
     scale = word_scale(src.base_dtype)
@@ -96,7 +97,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     esz = 2 if in_dt in ("bfloat16", "float16") else 4
     # An operand whose contraction axis is the contiguous one ([M, K] row-major lhs, W^T rhs) cannot
     # be DMAed into the [K, free] layout TensorE needs without one descriptor per element; it is
-    # loaded row-contiguously instead and transposed on TensorE through PSUM (nki.md §5.4, §6.5).
+    # loaded row-contiguously instead and transposed on TensorE through PSUM (docs/hardware.md: DMA, matmul tiling).
     lhs_tr = sa.meta.stride[ra - 1] == 1 and sa.meta.stride[ra - 2] != 1 and M > 1
     rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1 and N > 1
     budget = kb.target.sbuf_bytes_per_partition * 19 // 20
@@ -141,7 +142,10 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     rhs_res = False
     if not rhs_tr:
         CW = NMAX
-        acc_banks = kb.target.psum_banks  # lhs transposes run before the column loop
+        # the lhs transposes' PSUM bank belongs to the same block body as the accumulators: the
+        # verifier counts every PSUM tile of an affine body as live at once (blocks overlap), so a
+        # TensorE-transposed lhs leaves one bank fewer for accumulators
+        acc_banks = kb.target.psum_banks - (1 if lhs_tr else 0)
         bm = 1
         for cand in block_sizes(nm, acc_banks):
             if sbuf_use(cand, CW, False) <= budget:
@@ -158,9 +162,9 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                     sbuf_use(cand, NMAX, True) - (NMAX // PMAX) * KC * esz <= budget:
                 bm, rhs_res = cand, True
                 break
-    # n tiles sharing one rhs DMA: 2 x 512 columns make 2 KiB rows (nki.md §5.4) and, with 4 m
+    # n tiles sharing one rhs DMA: 2 x 512 columns make 2 KiB rows (docs/hardware.md, "DMA") and, with 4 m
     # tiles, 8 matmuls per k step, enough to hide a DMA's fixed cost; PSUM holds bm * nw groups
-    nw = 2 if (not rhs_tr and nn % 2 == 0 and 2 * bm <= kb.target.psum_banks
+    nw = 2 if (not rhs_tr and nn % 2 == 0 and 2 * bm + (1 if lhs_tr else 0) <= kb.target.psum_banks
                and sbuf_use(bm, CW, False) + 2 * NMAX * esz <= budget) else 1
     if rhs_tr or rhs_res:
         lw.tp = replace(lw.tp, fc=min(N, CW))
@@ -194,7 +198,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         kcols = min(K - KMAX * q0, KMAX * qn)
         for st, (row0, nrows) in zip(stages, row_specs):
             kb.dma(st.region(nrows, kcols),
-                   _operand(kb, src, bvars, bstrides(src.meta, rank), row_ax, col_ax,
+                   operand_access(kb, src, bvars, bstrides(src.meta, rank), row_ax, col_ax,
                             row0, nrows, KMAX * q0, kcols))
 
     def transpose_chunk(stages: list, nrows_of: list, q0: int, qn: int, dst, dst_col, per: int,
@@ -203,21 +207,28 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         ``per`` k tiles of one stage, or one k tile of every stage, share one PSUM bank and one
         eviction."""
         nblk = per * len(stages)
+        exact_blocks = not tensor_transpose_exact(kb.target, in_dt)
         with maybe_loop(kb, qn // per, "affine", "kt") as kg:
             kk0 = q0 + kg * per
             krows = krows_of(kk0)
-            # a TensorE transpose writes the input's dtype ("dst must have the same data type as
-            # data"); the eviction below is a same-dtype copy
-            tp = kb.tile((KMAX, nblk * PMAX), in_dt, "psum", prefix="tp")
-            for u in range(per):
-                for c, (st, nrows) in enumerate(zip(stages, nrows_of)):
-                    kb.instr("tensor", "nc_transpose",
-                             TileRegion(tp, (0, (u * len(stages) + c) * PMAX), (krows, nrows)),
-                             {"data": TileRegion(st, (0, KMAX * (kg * per + u)), (nrows, krows))})
-            width = nblk * PMAX if len(stages) == 1 or nrows_of[-1] == PMAX else \
-                (nblk - 1) * PMAX + nrows_of[-1]
-            kb.copy(engine, TileRegion(dst, (0, dst_col(kk0)), (krows, width)), tp.region(krows, width))
-            kb.release(tp)
+            if exact_blocks:  # trn1: VectorE blocks straight into SBUF, no PSUM round trip
+                for u in range(per):
+                    for c, (st, nrows) in enumerate(zip(stages, nrows_of)):
+                        tensor_transpose(kb, TileRegion(dst, (0, dst_col(kk0) + (u * len(stages) + c) * PMAX),
+                                                        (krows, nrows)),
+                                         TileRegion(st, (0, KMAX * (kg * per + u)), (nrows, krows)))
+            else:
+                # a TensorE transpose writes the input's dtype ("dst must have the same data type as
+                # data"); the eviction below is a same-dtype copy
+                tp = kb.tile((KMAX, nblk * PMAX), in_dt, "psum", prefix="tp")
+                for u in range(per):
+                    for c, (st, nrows) in enumerate(zip(stages, nrows_of)):
+                        tensor_transpose(kb, TileRegion(tp, (0, (u * len(stages) + c) * PMAX), (krows, nrows)),
+                                         TileRegion(st, (0, KMAX * (kg * per + u)), (nrows, krows)))
+                width = nblk * PMAX if len(stages) == 1 or nrows_of[-1] == PMAX else \
+                    (nblk - 1) * PMAX + nrows_of[-1]
+                kb.copy(engine, TileRegion(dst, (0, dst_col(kk0)), (krows, width)), tp.region(krows, width))
+                kb.release(tp)
 
     def load_lhsT(lhsT, m0, nb: int, bvars) -> None:
         if lhs_tr:
@@ -233,7 +244,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
         with maybe_loop(kb, nk, "affine", "kl") as kk:
             krows = krows_of(kk)
             kb.dma(TileRegion(lhsT, (0, lhs_col(0, kk, nb)), (krows, width)),
-                   _operand(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
+                   operand_access(kb, sa, bvars, bstrides(sa.meta, ra), ra - 1, ra - 2,
                             KMAX * kk, krows, PMAX * m0, width))
 
     def evict(acc, mt, rows, fcv, cw) -> None:
@@ -265,7 +276,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                     with maybe_loop(kb, nk // nq, "affine", "kr") as kr:
                         kk = kr * nq + qd
                         kb.dma(TileRegion(rhsT, (0, kk * CW), (krows_of(kk), cols)),
-                               _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
+                               operand_access(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
                                         KMAX * kk, krows_of(kk), CW * jn, cols))
             else:
                 sts = [kb.tile((PMAX, KC), in_dt, prefix="rhs_rows") for _ in subs]
@@ -277,10 +288,10 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                 acc = kb.tile((PMAX, lw.tp.fc), "float32", "psum", prefix="acc")
                 with maybe_loop(kb, nk, "affine", "k") as kk:
                     krows = krows_of(kk)
-                    kb.instr("tensor", "nc_matmul", acc.region(rows, cols),
-                             {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
-                              "moving": TileRegion(rhsT, (0, kk * CW), (krows, cols))},
-                             accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
+                    kb.nc_matmul(acc.region(rows, cols),
+                                 stationary=TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
+                                 moving=TileRegion(rhsT, (0, kk * CW), (krows, cols)),
+                                 accumulate=sympy.Gt(kk, 0) if nk > 1 else False)
                 evict(acc, mt, rows, jn, cols)
 
     def tiles(bvars):
@@ -312,16 +323,16 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                 krows = krows_of(kk)
                 rhs_t = kb.tile((KMAX, nw * lw.tp.fc), in_dt, prefix="rhs")
                 rhs_r = rhs_t.region(krows, cols)
-                kb.dma(rhs_r, _operand(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
+                kb.dma(rhs_r, operand_access(kb, sb, bvars, bstrides(sb.meta, rb), rb - 2, rb - 1,
                                        KMAX * kk, krows, nw * NMAX * jn, cols))
                 for i in range(nb):
                     rows = sub_rows(m0 + i)
                     for w in range(nw):
                         cw = cols if nw == 1 else cols_of(jn * nw + w)
-                        kb.instr("tensor", "nc_matmul", accs[i * nw + w].region(rows, cw),
-                                 {"stationary": TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
-                                  "moving": TileRegion(rhs_t, (0, w * NMAX), (krows, cw))},
-                                 accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
+                        kb.nc_matmul(accs[i * nw + w].region(rows, cw),
+                                     stationary=TileRegion(lhsT, (0, lhs_col(i, kk, nb)), (krows, rows)),
+                                     moving=TileRegion(rhs_t, (0, w * NMAX), (krows, cw)),
+                                     accumulate=sympy.Gt(kk, 0) if nk > 1 else False)
             for i in range(nb):
                 for w in range(nw):
                     evict(accs[i * nw + w], m0 + i, sub_rows(m0 + i), jn * nw + w,
@@ -357,13 +368,13 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
 
     def lhs_access(row0, rows, k0, kcols, transposed=False):
         if transposed:
-            return _operand(kb, sa, [], [], ra - 1, ra - 2, k0, kcols, row0, rows)
-        return _operand(kb, sa, [], [], ra - 2, ra - 1, row0, rows, k0, kcols)
+            return operand_access(kb, sa, [], [], ra - 1, ra - 2, k0, kcols, row0, rows)
+        return operand_access(kb, sa, [], [], ra - 2, ra - 1, row0, rows, k0, kcols)
 
     def rhs_access(k0, krows, col0, cols, transposed=False):
         if transposed:
-            return _operand(kb, sb, [], [], rb - 1, rb - 2, col0, cols, k0, krows)
-        return _operand(kb, sb, [], [], rb - 2, rb - 1, k0, krows, col0, cols)
+            return operand_access(kb, sb, [], [], rb - 1, rb - 2, col0, cols, k0, krows)
+        return operand_access(kb, sb, [], [], rb - 2, rb - 1, k0, krows, col0, cols)
 
     hoisted: dict = {}
     base = [sympy.Integer(0)]  # output column of the hoisted tiles' first column
@@ -397,6 +408,6 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
 
 
 @register_lowering(aten.mm.default, aten.bmm.default, kind="kernel", epilogue=True)
-def lower_mm(ctx: KernelContext) -> None:
+def lower_mm(ctx: KernelContext, *args) -> None:
     """mm / bmm and the pointwise epilogue the partitioner fused after it (``ctx.group.nodes``)."""
     lower_matmul(ctx.group, dict(ctx.sources), ctx.builder, dict(ctx.outputs), dict(ctx.out_meta), ctx.config)

@@ -25,6 +25,8 @@ import sympy
 from ..ir import TileRegion
 from .builder import KernelBuilder, ceil_div
 from .loops import maybe_loop
+from .transpose import tensor_transpose
+from ..spec import AluOp
 
 #: k tiles per chunk, largest first (one PSUM accumulation group and one VectorE add per chunk)
 CHUNKS = (8, 6, 4)
@@ -110,13 +112,10 @@ def emit(kb: KernelBuilder, p: KStreamPlan, M: int, N: int, K: int, in_dt: str, 
                 with maybe_loop(kb, nbw // NT, "affine", "kn") as c:
                     ps = kb.tile((P, NT), "float32", "psum", prefix="kps")
                     for kk in range(nkc):
-                        kb.instr("tensor", "nc_matmul", ps.region(P, NT),
-                                 {"stationary": TileRegion(lhsT, (0, (kk * nm + i) * P), (P, P)),
-                                  "moving": TileRegion(rhs, (0, kk * nbw + c * NT), (P, NT))},
-                                 accumulate=kk > 0)
+                        kb.nc_matmul(ps.region(P, NT), stationary=TileRegion(lhsT, (0, (kk * nm + i) * P), (P, P)),
+                                     moving=TileRegion(rhs, (0, kk * nbw + c * NT), (P, NT)), accumulate=kk > 0)
                     dst = TileRegion(acc, (0, i * nbw + c * NT), (P, NT))
-                    kb.instr("vector", "tensor_tensor", dst, {"data1": dst, "data2": ps.region(P, NT)},
-                             op="add")
+                    kb.tensor_tensor(dst, data1=dst, data2=ps.region(P, NT), op=AluOp.add)
                     if final:  # the tile is complete: its epilogue overlaps the next tiles' matmuls
                         epilogue(dst, i, jb * (nbw // NT) + c)
         if nch > 1:
@@ -141,8 +140,7 @@ def _transpose_into(kb: KernelBuilder, dst, dst_col, stage, nkc: int, in_dt: str
     P = 128
     for kk in range(nkc):
         tp = kb.tile((P, P), in_dt, "psum", prefix="ktp")
-        kb.instr("tensor", "nc_transpose", tp.region(P, P),
-                 {"data": TileRegion(stage, (0, kk * P), (P, P))})
+        tensor_transpose(kb, tp.region(P, P), TileRegion(stage, (0, kk * P), (P, P)))
         kb.copy(engine, TileRegion(dst, (0, dst_col(kk)), (P, P)), tp.region(P, P))
         kb.release(tp)
 
@@ -214,10 +212,8 @@ def emit_rhs_resident(kb: KernelBuilder, M: int, N: int, K: int, in_dt: str, lhs
             with maybe_loop(kb, N // NT, "affine", "wn") as c:
                 ps = kb.tile((P, NT), "float32", "psum", prefix="wps")
                 for kk in range(nk):
-                    kb.instr("tensor", "nc_matmul", ps.region(P, NT),
-                             {"stationary": TileRegion(lhsT, (0, (kk * nbt + i) * P), (P, P)),
-                              "moving": TileRegion(rhs, (0, kk * N + c * NT), (P, NT))},
-                             accumulate=kk > 0)
+                    kb.nc_matmul(ps.region(P, NT), stationary=TileRegion(lhsT, (0, (kk * nbt + i) * P), (P, P)),
+                                 moving=TileRegion(rhs, (0, kk * N + c * NT), (P, NT)), accumulate=kk > 0)
                 evict(ps, m0 + i, c)
 
     full, tail = divmod(nm, RES_BLOCK)

@@ -10,7 +10,7 @@ Tile plan: the partitioner only merges GEMMs whose output rows fit one PSUM bank
 columns), so every rhs is loaded once per kernel (all of K, contraction on partitions; ``W^T``
 operands are loaded row-contiguously and transposed on TensorE) and stays resident; row tiles of 128
 are an affine loop, each loading its lhs^T (row-contiguous rows transposed on TensorE when K is the
-contiguous axis) and accumulating K in 128-deep steps (nki.md §6.1). Several accumulators are live at
+contiguous axis) and accumulating K in 128-deep steps (docs/hardware.md, "Matmul tiling"). Several accumulators are live at
 once, one PSUM bank each.
 """
 from __future__ import annotations
@@ -28,7 +28,9 @@ from .fused import FusedEmitter, FusedGroup, Source
 from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype
 from .loops import maybe_loop, ragged
-from .matmul import _operand
+from .matmul import operand_access
+from .registry import KernelContext, register_lowering
+from .transpose import tensor_transpose
 
 aten = torch.ops.aten
 
@@ -45,8 +47,7 @@ def _transposed(kb: KernelBuilder, stage, nrows, K: int, dst, dst_col, in_dt: st
     with maybe_loop(kb, ceil_div(K, KMAX), "affine", "kt") as kk:
         krows = ragged(K, KMAX, kk)
         tp = kb.tile((KMAX, kb.target.partitions), in_dt, "psum", prefix="tp")
-        kb.instr("tensor", "nc_transpose", TileRegion(tp, (0, 0), (krows, nrows)),
-                 {"data": TileRegion(stage, (0, KMAX * kk), (nrows, krows))})
+        tensor_transpose(kb, TileRegion(tp, (0, 0), (krows, nrows)), TileRegion(stage, (0, KMAX * kk), (nrows, krows)))
         kb.copy(engine, TileRegion(dst, (0, dst_col(kk)), (krows, nrows)), tp.region(krows, nrows))
         kb.release(tp)
 
@@ -114,14 +115,14 @@ def load_rhs(kb: KernelBuilder, sb: Source, K: int, N: int, in_dt: str):
         for c in range(ceil_div(N, PMAX)):
             nrows = min(PMAX, N - PMAX * c)
             st = kb.tile((PMAX, K), in_dt, prefix="rhs_rows")
-            kb.dma(st.region(nrows, K), _operand(kb, sb, [], [], 1, 0, PMAX * c, nrows, 0, K))
+            kb.dma(st.region(nrows, K), operand_access(kb, sb, [], [], 1, 0, PMAX * c, nrows, 0, K))
             _transposed(kb, st, nrows, K, t, lambda kk, c=c: kk * N + PMAX * c, in_dt, "scalar")
             kb.release(st)
     else:
         with maybe_loop(kb, nk, "affine", "kr") as kk:
             krows = ragged(K, KMAX, kk)
             kb.dma(TileRegion(t, (0, kk * N), (krows, N)),
-                   _operand(kb, sb, [], [], 0, 1, KMAX * kk, krows, 0, N))
+                   operand_access(kb, sb, [], [], 0, 1, KMAX * kk, krows, 0, N))
     return t
 
 
@@ -134,20 +135,23 @@ def gemm_rows(kb: KernelBuilder, sa: Source, rhsT, K: int, N: int, row0, rows, M
     lhsT = kb.tile((KMAX, nk * PMAX), in_dt, prefix="lhsT")
     if _row_major(sa, 0) and M > 1:
         st = kb.tile((PMAX, K), in_dt, prefix="lhs_rows")
-        kb.dma(st.region(rows, K), _operand(kb, sa, [], [], 0, 1, row0, rows, 0, K))
+        kb.dma(st.region(rows, K), operand_access(kb, sa, [], [], 0, 1, row0, rows, 0, K))
         _transposed(kb, st, rows, K, lhsT, lambda kk: kk * PMAX, in_dt, "vector")
     else:
         with maybe_loop(kb, nk, "affine", "kl") as kk:
             krows = ragged(K, KMAX, kk)
             kb.dma(TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
-                   _operand(kb, sa, [], [], 1, 0, KMAX * kk, krows, row0, rows))
+                   operand_access(kb, sa, [], [], 1, 0, KMAX * kk, krows, row0, rows))
     acc = kb.tile((PMAX, N), "float32", "psum", prefix="acc")
     with maybe_loop(kb, nk, "affine", "k") as kk:
         krows = ragged(K, KMAX, kk)
-        kb.instr("tensor", "nc_matmul", acc.region(rows, N),
-                 {"stationary": TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
-                  "moving": TileRegion(rhsT, (0, kk * N), (krows, N))},
-                 accumulate=(sympy.Gt(kk, 0) if nk > 1 else False))
+        kb.nc_matmul(acc.region(rows, N), stationary=TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
+                     moving=TileRegion(rhsT, (0, kk * N), (krows, N)), accumulate=sympy.Gt(kk, 0) if nk > 1 else False)
     res = kb.tile((PMAX, N), "float32", prefix="res")
     kb.copy("vector", res.region(rows, N), acc.region(rows, N))
     return TVal("full", res.region(rows, N))
+
+
+@register_lowering("matmul_multi", kind="group")
+def lower_matmul_multi_group(ctx: KernelContext) -> None:
+    lower_matmul_multi(ctx.group, ctx.sources, ctx.builder, ctx.outputs, ctx.out_meta, ctx.config)

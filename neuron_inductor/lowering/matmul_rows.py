@@ -21,6 +21,7 @@ from .fused import FusedEmitter, FusedGroup, Source
 from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype
 from .matmul_multi import gemm_rows, load_rhs, mm_anchors
+from .registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 
@@ -67,3 +68,8 @@ def lower_matmul_rows(group: FusedGroup, sources: dict[fx.Node, Source], kb: Ker
     em.setup_gemm(mm, hw_dtype(next(iter(dts))))
     em.emit()
     kb.plan += f"; GEMM {em.M}x{em.K} @ {em.K}x{em.N} per row tile (rhs resident, K in PSUM)"
+
+
+@register_lowering("matmul_rows", kind="group")
+def lower_matmul_rows_group(ctx: KernelContext) -> None:
+    lower_matmul_rows(ctx.group, ctx.sources, ctx.builder, ctx.outputs, ctx.out_meta, ctx.config)

@@ -24,11 +24,12 @@ import torch.fx as fx
 
 from .along_axis import Chunk, Rows, walk_rows
 from .builder import KernelBuilder
-from .indexing import _arg, _fc, _norm_dim
+from .indexing import free_chunk_of, norm_dim
 from .regions import output_region, source_region
 from .integers import EXACT
-from .registry import register_kernel
+from .registry import KernelContext, register_lowering
 from .scan_int64 import lower_int64_cumsum
+from ..spec import AluOp
 
 aten = torch.ops.aten
 
@@ -57,17 +58,16 @@ def _check_exact(op: str, src_dtype: str, out_dtype: str, length: int) -> None:
         raise NotImplementedError(f"cumprod of {src_dtype}: products are not proven below 2^24")
 
 
-@register_kernel(aten.cumsum.default, aten.cumprod.default)
-def lower_scan(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-               cfg) -> None:
-    """out = cumsum / cumprod of x along ``dim`` (optionally into ``dtype``)."""
+@register_lowering(aten.cumsum.default, aten.cumprod.default, kind="kernel")
+def lower_scan(ctx: KernelContext, x: fx.Node, dim: int, dtype=None) -> None:
+    """out = cumsum / cumprod of x along ``dim`` (into ``dtype``: the output node's dtype)."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     op = "cumsum" if n.target is aten.cumsum.default else "cumprod"
-    x = n.args[0]
     xr = source_region(kb, sources[x])
     out = output_region(out_tensors, out_meta, n)
     if not xr.sizes:  # a 0-dim tensor scans as one element
         xr, out = replace(xr, sizes=(1,), strides=(1,)), replace(out, sizes=(1,), strides=(1,))
-    d = _norm_dim(_arg(n, 1, "dim"), len(xr.sizes))
+    d = norm_dim(dim, len(xr.sizes))
     length = xr.sizes[d]
     if op == "cumsum" and xr.dtype in ("int32", "int64") and out.dtype in ("int32", "int64"):
         lower_int64_cumsum(kb, xr, out, d)  # byte-wise exact scans
@@ -77,7 +77,7 @@ def lower_scan(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, 
     identity = 0.0 if op == "cumsum" else 1.0
     src = xr.word(0)
     words = [out.word(0)] + ([out.word(1)] if out.dtype == "int64" else [])
-    chunk = _fc(cfg)
+    chunk = free_chunk_of(cfg)
     ones = kb.tile((kb.target.partitions, min(length, chunk)), "float32", prefix="ones")
     kb.memset(ones.full(), 1.0)
     kb.plan = f"{op} along dim {d} ({length}) with tensor_tensor_scan"
@@ -95,10 +95,8 @@ def lower_scan(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, 
         xt = kb.tile(shape, src.tensor.dtype, prefix="x").region(rw.rows, ch.cols)
         kb.dma(xt, ch.access(0))
         acc = kb.tile(shape, "float32", prefix="acc").region(rw.rows, ch.cols)
-        kb.instr("vector", "tensor_tensor_scan", acc,
-                 {"data0": ones.region(rw.rows, ch.cols), "data1": xt,
-                  "initial": carry if carry is not None else identity},
-                 op0="multiply", op1=combine)
+        kb.tensor_tensor_scan(acc, data0=ones.region(rw.rows, ch.cols), data1=xt,
+                              initial=carry if carry is not None else identity, op0=AluOp.multiply, op1=combine)
         if carry is not None:
             kb.copy("vector", carry, type(acc)(acc.tile, (0, ch.cols - 1), (rw.rows, 1)))
         store(rw, ch, acc)
@@ -112,8 +110,7 @@ def lower_scan(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, 
         kb.dma(ch.access(1), res)
         if len(words) == 2:  # int64: the high word is the sign of the (exact, < 2^24) result
             hi = kb.tile((rw.tile_rows, rw.chunk), "int32", prefix="hi").region(rw.rows, ch.cols)
-            kb.instr("vector", "tensor_scalar", hi, {"data": acc, "operand0": 0.0, "operand1": -1.0},
-                     op0="less", op1="multiply")
+            kb.tensor_scalar(hi, data=acc, operand0=0.0, operand1=-1.0, op0=AluOp.less, op1=AluOp.multiply)
             kb.dma(ch.access(2), hi)
 
     walk_rows(kb, xr.sizes, d, [src] + words, chunk, rows_body)

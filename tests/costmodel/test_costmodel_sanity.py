@@ -60,15 +60,18 @@ def test_big_copy_is_memory_bound():
 def test_big_matmul_is_compute_bound():
     k = estimate_kernel(matmul_only_kernel(20000), TRN1)
     assert k.bound == "compute"
-    per_mm = 512 / TRN1.tensor_clock_hz  # max(N_moving, 64) cycles
+    # max(N_moving, 64) cycles plus the measured per-pass overhead (target.py, calibrate.py)
+    per_mm = (512 + TRN1.tensor_pass_overhead_bf16) / TRN1.tensor_clock_hz
     assert k.busy_s["tensor"] == pytest.approx(20000 * per_mm)
-    assert k.mfu > 0.95
+    assert k.mfu > 0.85
 
 
 def test_fp32_matmul_is_four_times_slower():
     bf16 = estimate_kernel(matmul_only_kernel(1000, "bfloat16"), TRN1)
     fp32 = estimate_kernel(matmul_only_kernel(1000, "float32"), TRN1)
-    assert fp32.busy_s["tensor"] == pytest.approx(4 * bf16.busy_s["tensor"])
+    # four passes, each with the measured fp32 per-pass overhead (target.py)
+    ratio = 4 * (512 + TRN1.tensor_pass_overhead_fp32) / (512 + TRN1.tensor_pass_overhead_bf16)
+    assert fp32.busy_s["tensor"] == pytest.approx(ratio * bf16.busy_s["tensor"])
 
 
 def test_single_small_dma_is_overhead_bound():

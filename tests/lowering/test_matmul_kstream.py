@@ -107,11 +107,12 @@ def test_plan_selection_llama_down_projection():
 
 def test_down_projection_reads_w_once():
     # x @ W^T + residual at K = 11008 (the layer's down projection): was 2.07x its minimum with W
-    # read 3 times; streamed K reads W once and x twice: <= 1.35x, MFU still >= 80%
+    # read 3 times; streamed K reads W once and x twice: <= 1.35x, MFU still >= 80% (75% in the
+    # calibrated cost model, whose per-pass TensorE cost caps bf16 MFU at 89%)
     k = modelled_cost(lambda x, w, r: r + x @ w.t(), [(2048, 11008), (4096, 11008), (2048, 4096)],
                       "trn2")
     assert k.hbm_bytes <= 1.35 * k.min_hbm_bytes
-    assert k.mfu >= 0.78
+    assert k.mfu >= 0.75
     assert k.small_dma_share < 0.2
 
 

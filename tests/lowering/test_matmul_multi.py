@@ -91,10 +91,10 @@ def test_wide_outputs_keep_separate_gemms():
 def test_refused_sibling_kernel_falls_back_to_separate_kernels(monkeypatch):
     # a merged kernel that cannot be built is lowered as the groups it was merged from (the multi
     # kernel holding it too): more launches, the same numbers, no eager fallback
-    from neuron_inductor.lowering import graph as lowering_graph
+    from neuron_inductor.lowering import registry
     from neuron_inductor.lowering.layout import LoweringError
 
     def refuse(*a, **k):
         raise LoweringError("refused for the test")
-    monkeypatch.setattr(lowering_graph, "lower_matmul_multi", refuse)
+    monkeypatch.setitem(registry.LOWERINGS, "matmul_multi", registry.Lowering("group", refuse))
     assert _compare(64, 176, 300, torch.float32, FP32) > 4

@@ -29,6 +29,12 @@ def modelled_mfu(fn, shapes, target: str) -> float:
     return modelled_cost(fn, shapes, target).mfu
 
 
+#: the share of the bf16 peak TensorE can sustain on 512-column matmuls in the calibrated model
+#: (the measured per-pass overhead, target.py / benchmarks/calibrate.py); thresholds below are the
+#: shares of that ceiling the tiling must reach
+CEIL = 512 / (512 + get_target("trn2").tensor_pass_overhead_bf16)
+
+
 # Llama-7B layer, 2048 tokens: forward x @ W^T (both operands transposed on TensorE) and the
 # backward dX = dY @ W, dW = dY^T @ X (direct loads)
 LLAMA_FWD = [((2048, 4096), (4096, 4096)), ((2048, 4096), (11008, 4096)), ((2048, 11008), (4096, 11008))]
@@ -36,16 +42,19 @@ LLAMA_BWD = [(lambda g, w: g @ w, (2048, 11008), (11008, 4096)),
              (lambda g, x: g.t() @ x, (2048, 4096), (2048, 11008))]
 
 
-def test_tutorial_shape_trn1_target():
-    # >= 85% (the tutorial's best is 85.24%); the model gives ~91% because two column steps are in
-    # flight (not 8 PSUM groups per step: ~82%) and a DMA moves several 128x512 tiles (one: ~53%)
-    assert modelled_mfu(lambda a, b: a @ b, [(4096, 8192), (8192, 8192)], "trn1") >= 0.85
+def test_tutorial_shape_target():
+    # 85% of the calibrated ceiling (the tutorial's best is 85.24% HFU) on trn2: two column steps are
+    # in flight and a DMA moves several 128x512 tiles. trn1 pays for exact transposes: its TensorE
+    # transpose "is not bit-accurate if the input data contains NaN/Inf", so the row-major lhs is
+    # transposed in VectorE 32x32 blocks (lowering/transpose.py)
+    assert modelled_mfu(lambda a, b: a @ b, [(4096, 8192), (8192, 8192)], "trn2") >= 0.85 * CEIL
+    assert modelled_mfu(lambda a, b: a @ b, [(4096, 8192), (8192, 8192)], "trn1") >= 0.65 * CEIL  # models ~72% of the ceiling
 
 
 @pytest.mark.parametrize("fn,sa,sb", LLAMA_BWD, ids=["dX", "dW"])
 def test_llama_backward_linears_target(fn, sa, sb):
     # >= 70%; ~89% / ~86% with the K x 512 rhs column resident and row tiles looped inside
-    assert modelled_mfu(fn, [sa, sb], "trn2") >= 0.70
+    assert modelled_mfu(fn, [sa, sb], "trn2") >= 0.70 * CEIL
 
 
 @pytest.mark.parametrize("sx,sw", LLAMA_FWD, ids=["qkvo", "gate_up", "down"])
@@ -53,7 +62,7 @@ def test_llama_forward_linears_target(sx, sw):
     # >= 70%. W^T is transposed once per (M block, column tile) with M blocks as tall as
     # SBUF allows (16 row tiles for K=4096, 4 for K=11008: ~87/89/77%); it was redone with every
     # block of 1-4 rows and every PSUM group held 8 banks (28-39%)
-    assert modelled_mfu(lambda x, w: x @ w.t(), [sx, sw], "trn2") >= 0.70
+    assert modelled_mfu(lambda x, w: x @ w.t(), [sx, sw], "trn2") >= 0.70 * CEIL
 
 
 @pytest.mark.parametrize("rows", [11008, 12288], ids=["mlp", "qkv"])
@@ -65,7 +74,7 @@ def test_weight_grad_reads_x_few_times(rows):
     k = modelled_cost(lambda g, x: g.t() @ x, [(2048, rows), (2048, 4096)], "trn2")
     assert k.hbm_bytes <= 1.3 * k.min_hbm_bytes
     assert k.small_dma_share < 0.25
-    assert k.mfu >= 0.80
+    assert k.mfu >= 0.80 * CEIL
 
 
 @pytest.mark.parametrize("k_dim,ratio", [(11008, 2.1), (12288, 2.6)], ids=["down", "qkv"])
@@ -80,7 +89,7 @@ def test_input_grad_with_epilogue_reads_w_few_times(k_dim, ratio):
     k = modelled_cost(fn, [(2048, k_dim), (k_dim, 4096), (1, 2048, 4096), (4096,), (1, 2048, 1),
                            (1, 2048, 4096)], "trn2")
     assert k.hbm_bytes <= ratio * k.min_hbm_bytes  # 2.06x / 2.58x
-    assert k.mfu >= 0.75
+    assert k.mfu >= 0.75 * CEIL
 
 
 def test_down_projection_with_residual_reads_w_once():
@@ -90,7 +99,7 @@ def test_down_projection_with_residual_reads_w_once():
     k = modelled_cost(lambda x, w, r: r + x @ w.t(), [(2048, 11008), (4096, 11008), (2048, 4096)],
                       "trn2")
     assert k.hbm_bytes <= 1.3 * k.min_hbm_bytes
-    assert k.mfu >= 0.80
+    assert k.mfu >= 0.80 * CEIL
 
 
 def test_block_sizes_one_per_pass_count():
@@ -99,3 +108,13 @@ def test_block_sizes_one_per_pass_count():
     assert block_sizes(16, 8) == [8, 6, 4, 3, 2, 1]
     assert block_sizes(86, 32) == [29, 22, 18, 15, 13, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]
     assert block_sizes(1, 8) == [1]
+
+
+def test_transposed_lhs_leaves_a_psum_bank_for_its_transposes():
+    """A tall M block of a TensorE-transposed lhs took all 8 banks for accumulators beside the
+    transposes' bank: 9 PSUM tiles in one affine body, which the IR verifier refuses (NKIBench's
+    gqa_full P @ V at 4096 keys). Lowering verifies the kernel, so this raised."""
+    args = [torch.empty(s, dtype=torch.float32, device="meta") for s in [(1024, 4096), (4096, 128)]]
+    gm = make_fx(lambda a, b: (a @ b,), tracing_mode="fake")(*args)
+    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target="trn1", cache=False), "pv")
+    assert [k.name for k in lg.program.kernels] == ["k0_mm"]

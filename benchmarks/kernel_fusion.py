@@ -5,7 +5,7 @@ Compiles the plain-torch transformer block (forward + backward) three times in o
 fusion off (one training step of each in the simulator: kernel counts and the DMA bytes the simulator
 counted), and with TorchInductor on CPU, whose generated code is read for its launches per step
 (generated kernels called plus extern calls: matmuls and aten fallbacks such as SDPA).
-Run: ``python benchmarks/kernels.py [--seq 128]``.
+Run: ``python benchmarks/kernel_fusion.py [--seq 128]``.
 """
 from __future__ import annotations
 
