@@ -11,7 +11,8 @@ work at all. Four sections, each with a snapshot function:
   evictions, compile seconds spent and saved; also persisted per cache directory
   (:func:`read_persisted`, which ``neuron-inductor cache stats`` prints);
 * :func:`host_calls`: calls the generated wrappers made at run time, by op: declared fallbacks
-  (``"fallbacks"``) and declared collectives (``"collectives"``, not a missing lowering).
+  (``"fallbacks"``), declared collectives (``"collectives"``, not a missing lowering) and CPU
+  tensors copied to the device at a graph boundary (``"boundary_copies"``).
 
 :func:`snapshot` returns all of them; :func:`reset` zeroes one section or all. The ``record_*``
 functions are what the stages call. This is a leaf module (it imports no pipeline stage), so any stage
@@ -42,7 +43,7 @@ _CACHE_BY_REASON = ("bypasses", "dynamo_bypasses")
 
 _lock = threading.Lock()
 _cache: dict[str, Any] = {}
-_host: dict[str, dict[str, int]] = {"fallbacks": {}, "collectives": {}}
+_host: dict[str, dict[str, int]] = {"fallbacks": {}, "collectives": {}, "boundary_copies": {}}
 
 
 def _fresh_cache() -> dict[str, Any]:
@@ -80,6 +81,16 @@ def host_calls() -> dict[str, dict[str, int]]:
     """Run-time host calls made by generated wrappers: ``{"fallbacks": {op: n}, "collectives": {op: n}}``."""
     with _lock:
         return {k: dict(v) for k, v in _host.items()}
+
+
+def summary() -> str:
+    """One line a user can read to see what the backend did in this process: graphs compiled and
+    loaded from the cache, kernels generated, graphs that fell back whole, declared fallback ops."""
+    c, fb, ca = compiled(), fallback_ops(), cache()
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(fb.items())) or "none"
+    return (f"graphs compiled {c['graphs_compiled']} (cache hits {ca['hits']}), kernels generated "
+            f"{c['kernels_generated']} from {c['aten_ops']} ATen ops, whole-graph fallbacks "
+            f"{c['graph_fallbacks']}, declared fallback ops: {ops}")
 
 
 def snapshot() -> dict[str, Any]:
@@ -147,8 +158,18 @@ def record_cache(event: str, n: float = 1, *, reason: str | None = None) -> None
             _cache[event] = _cache.get(event, 0) + n
 
 
+def count_cache(event: str, n: float = 1, *, reason: str | None = None, root: Path | None = None) -> None:
+    """One cache event, as the cache reports it: counted in this process and, with the cache
+    directory ``root``, added to its persisted ``stats.json`` (bypasses by ``kind:reason``)."""
+    record_cache(event, n, reason=reason)
+    logging.getLogger("neuron_inductor.cache").debug("cache %s%s", event, f" ({reason})" if reason else "")
+    if root is not None:
+        persist(root, {event if event not in _CACHE_BY_REASON else f"{event[:-2]}:{reason}": n})
+
+
 def record_host_call(kind: str, op: str) -> None:
-    """One run-time host call of ``op``: ``kind`` is ``"fallbacks"`` or ``"collectives"``."""
+    """One run-time host call of ``op``: ``kind`` is ``"fallbacks"``, ``"collectives"`` or
+    ``"boundary_copies"`` (a CPU input or constant copied to the device at a graph's boundary)."""
     with _lock:
         calls = _host[kind]
         calls[op] = calls.get(op, 0) + 1
@@ -175,7 +196,10 @@ def persist(root: Path, deltas: dict[str, float]) -> None:
                 for name, n in deltas.items():
                     bucket[name] = round(bucket.get(name, 0) + n, 6)
                 tmp = path.with_name(f".{STATS_FILE}.{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+                # never through a link someone planted at the temp name
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(data, indent=1, sort_keys=True))
                 os.replace(tmp, path)
         except Timeout:
             log.debug("stats lock busy; counter update dropped")
@@ -185,13 +209,28 @@ def persist(root: Path, deltas: dict[str, float]) -> None:
 
 def read_persisted(root: Path) -> dict[str, dict[str, float]]:
     """``{package_version: {counter: value}}`` of a cache directory; an unreadable file, or parts of
-    the wrong shape, read as empty (counters are best effort, they must never fail a compile)."""
+    the wrong shape, read as empty (counters are best effort, they must never fail a compile).
+
+    Bounded: at most :data:`STATS_MAX_BYTES`, never through a symlink, and only counters that are
+    finite non-negative numbers below 2**53 are kept (no "inf hits", no "-5 misses"); a deeply
+    nested file fails to parse (``RecursionError``) and reads as empty too."""
     try:
-        data = json.loads((Path(root) / STATS_FILE).read_text())
-    except (OSError, ValueError):
+        fd = os.open(Path(root) / STATS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(STATS_MAX_BYTES + 1)
+        if len(raw) > STATS_MAX_BYTES or raw.count(b"[") + raw.count(b"{") > 10_000:
+            return {}
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError, MemoryError):
         return {}
     if not isinstance(data, dict):
         return {}
-    return {str(v): {str(k): n for k, n in c.items()
-                     if isinstance(n, (int, float)) and not isinstance(n, bool) and n == n}
+    return {str(v)[:64]: {str(k)[:64]: n for k, n in c.items() if _is_count(n)}
             for v, c in data.items() if isinstance(c, dict)}
+
+
+STATS_MAX_BYTES = 1 << 20
+
+
+def _is_count(n: object) -> bool:
+    return isinstance(n, (int, float)) and not isinstance(n, bool) and 0 <= n < 2**53

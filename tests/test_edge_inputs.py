@@ -110,3 +110,27 @@ def test_returns_input_and_view():
     torch.testing.assert_close(out[4], x * 2)
     x.add_(1)   # the returned views alias the input like eager
     torch.testing.assert_close(out[1], x.t())
+
+
+def test_inputs_at_other_storage_offsets_reuse_the_graph():
+    """A per-expert slice of a packed weight (dbrx: ``w1.view(E, F, H)[e]``) is a graph input whose
+    storage offset changes from call to call, and Dynamo does not guard offsets (nor does our cache
+    key hold them): one compiled graph serves every expert. Views of inputs the host wrapper builds
+    (here the transposed weights saved for backward) used to bake the first call's absolute offset,
+    so every other expert's backward read expert 0's weights (dbrx: w1/v1 gradients 72% off)."""
+    w1, w2 = randn((3 * 8, 16)), randn((3 * 8, 16), seed=1)
+    x, g = randn((5, 16), seed=2), randn((5, 16), seed=3)
+
+    def glu(x, w1, w2):
+        return torch.nn.functional.silu(x.matmul(w1.T)).matmul(w2)
+    f = _compile(glu)
+    for e in (2, 0, 1):  # first compiled at a nonzero offset, then reused at others
+        got = [w.clone().requires_grad_(True) for w in (w1, w2)]
+        ref = [w.clone().requires_grad_(True) for w in (w1, w2)]
+        out = f(x, *[w.view(3, 8, 16)[e] for w in got])
+        expect = glu(x, *[w.view(3, 8, 16)[e] for w in ref])
+        torch.testing.assert_close(out, expect)
+        out.backward(g)
+        expect.backward(g)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a.grad, b.grad)

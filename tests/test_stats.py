@@ -21,7 +21,7 @@ def test_a_compile_counts_graphs_kernels_and_a_cache_miss():
     assert c["graphs_compiled"] == 1 and c["kernels_generated"] == 1 and c["aten_ops"] >= 2
     assert stats.cache()["misses"] == 1 and stats.cache()["hits"] == 0
     assert stats.fallback_ops() == {}
-    assert stats.host_calls() == {"fallbacks": {}, "collectives": {}}
+    assert stats.host_calls() == {"fallbacks": {}, "collectives": {}, "boundary_copies": {}}
     _compile(lambda a: a.exp() * 2, x)  # same graph and shapes: served by the cache
     assert stats.compiled()["graphs_compiled"] == 1 and stats.cache()["hits"] == 1
 
@@ -37,6 +37,17 @@ def test_declared_fallbacks_are_counted_at_compile_and_at_run_time():
     run = stats.host_calls()["fallbacks"]
     assert set(run) == set(found), (run, found)
     assert sum(run.values()) == 3 * sum(found.values()), (run, found)  # every call of each op
+
+
+def test_summary_names_what_the_backend_did():
+    stats.reset()
+    assert stats.summary().startswith("graphs compiled 0 (cache hits 0), kernels generated 0")
+    stats.record_compile(graphs_compiled=2, kernels_generated=5, aten_ops=40)
+    stats.record_fallback_op("aten.sort.default")
+    line = stats.summary()
+    assert "graphs compiled 2" in line and "kernels generated 5 from 40 ATen ops" in line
+    assert line.endswith("declared fallback ops: aten.sort.default x1"), line
+    stats.reset()
 
 
 def test_snapshots_are_copies_and_reset_takes_sections():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
+from ..spec.namespace import allowed as nki_name_allowed
 from .kernel import HEADER
 
 ALLOWED_BUILTINS = frozenset({"min", "max", "range", "len"})
@@ -25,6 +26,8 @@ FLOAT_LITERALS = frozenset({"inf", "-inf", "nan"})
 TENSOR_ATTRS = frozenset({"shape", "dtype"})
 FORBIDDEN_NAMES = frozenset({"torch", "np", "numpy", "__import__", "eval", "exec", "compile", "open",
                              "getattr", "setattr", "globals", "locals", "vars", "__builtins__"})
+#: the NKI modules: used only as ``nl.<name>`` / ``nisa.<name>`` (``spec/namespace.py``), never bare
+MODULE_NAMES = frozenset({"nl", "nisa", "nki"})
 
 
 class KernelCheckError(ValueError):
@@ -128,12 +131,17 @@ class _Checker:
     def name_ok(self, node: ast.AST, name: str) -> None:
         if name in FORBIDDEN_NAMES or name.startswith("__"):
             self.fail(node, f"name {name!r} is not allowed in a kernel")
+        if name in MODULE_NAMES:
+            self.fail(node, f"{name} may only be used as {name}.<name> (a documented NKI name), "
+                      "not passed around or rebound")
 
     def attrs_ok(self, e: ast.expr) -> None:
-        while isinstance(e, ast.Attribute):
-            if e.attr.startswith("_"):
-                self.fail(e, f"private attribute {e.attr!r} is not allowed")
-            e = e.value
+        """``e`` is exactly a name of the NKI allowlist (``nl.add``, ``nl.tile_size.pmax``): an
+        explicit list per module, so nothing behind ``nl`` (``nl.np``...) is reachable."""
+        dotted = _dotted(e)
+        if dotted is None or not nki_name_allowed(dotted):
+            self.fail(e, f"{dotted or 'this attribute'} is not in the NKI namespace allowlist "
+                      "(spec/namespace.py: documented nl / nisa names only)")
 
     # ---- expressions
     def expr(self, e: ast.expr) -> None:

@@ -208,9 +208,10 @@ class _KernelLint:
         if acc is not True:  # overwrites (on its first iteration, for accumulate=k > 0)
             self.other_init.discard(base.id)
         if acc is True:
-            if base.id in self.other_init:
-                self.add(c, "matmul-accumulate-nonmatmul", f"nc_matmul(accumulate=True) into {base.id}, "
-                         "which a non-matmul instruction initialised")
+            if base.id in self.other_init:  # allowed from NeuronCore-v4
+                if spec.accumulate_onto_nonmatmul_refused(self.target):
+                    self.add(c, "matmul-accumulate-nonmatmul", f"nc_matmul(accumulate=True) into "
+                             f"{base.id}, which a non-matmul instruction initialised")
             elif base.id not in self.mm_init:
                 self.add(c, "matmul-first-overwrite", f"nc_matmul(accumulate=True) into {base.id} before "
                          "any matmul initialised it")

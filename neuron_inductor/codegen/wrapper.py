@@ -23,7 +23,8 @@ Conventions:
   its first to its last element, reinterpreted to the hardware dtype (int64 -> pairs of int32 words,
   bool -> uint8). Kernels return flat buffers; ``host.view`` takes the logical (size, stride, offset)
   view of one, reinterpreting back to int64/bool.
-* ``torch.as_strided`` steps are views (never copies); ``host.empty`` allocates zero-element outputs.
+* ``torch.as_strided`` steps are views (never copies) at offsets relative to their base's own;
+  ``host.empty`` allocates zero-element outputs.
 * Declared fallbacks run one ATen op eagerly on the host; each call bumps ``host.count_fallback``.
 * Declared collectives call a ``torch.ops._c10d_functional`` op through torch's process group (the
   same call the uncompiled graph makes); each call bumps ``host.count_collective``.
@@ -126,8 +127,10 @@ def generate_wrapper_module(program: Program) -> str:
             body += _user_kernel_call(step, taken)
         elif isinstance(step, View):
             m = step.meta
+            rel = int(m.storage_offset)  # relative to the base's own offset (see ``View``)
+            off = f"{step.base}.storage_offset()" + (f" + {rel}" if rel else "")
             body.append(f"{step.name} = torch.as_strided({step.base}, {_tuple(m.size)}, {_tuple(m.stride)}, "
-                        f"{int(m.storage_offset)})")
+                        f"{off})")
         elif isinstance(step, RngKey):
             body.append(f"{step.name} = host.rng_key({_tuple(step.meta.size)})")
         elif isinstance(step, Empty):

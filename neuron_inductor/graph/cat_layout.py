@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from ..config import Config
+
 aten = torch.ops.aten
 
 
@@ -22,7 +24,7 @@ def _val(n) -> torch.Tensor | None:
     return v if isinstance(v, torch.Tensor) else None
 
 
-def cat_into_permuted_layout(gm: fx.GraphModule) -> None:
+def cat_into_permuted_layout(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Rewrite ``clone(permute(cat(xs, d), perm))`` (cat and permute used once) in place."""
     g = gm.graph
     for clone in list(g.nodes):

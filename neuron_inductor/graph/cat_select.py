@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from ..config import Config
 from ..lowering.registry import op_kind
 
 aten = torch.ops.aten
@@ -66,10 +67,10 @@ def _eligible(node: fx.Node) -> tuple[list[fx.Node], torch.Tensor] | None:
     return list(xs), v
 
 
-def cat_to_select(gm: fx.GraphModule) -> None:
+def cat_to_select(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Rewrite every eligible last-axis ``cat`` (see the module docstring) in place. Without
-    fusion (``gm.meta["fusion"]`` false) the select would only add kernels: nothing changes."""
-    if not gm.meta.get("fusion", True):
+    fusion (``cfg.fusion`` false) the select would only add kernels: nothing changes."""
+    if cfg is not None and not cfg.fusion:
         return
     g = gm.graph
     for node in list(g.nodes):

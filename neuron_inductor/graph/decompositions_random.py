@@ -8,7 +8,9 @@ flat index, the counter) gets
 
     h = mix(mix(i * 0x9E3779B9 ^ k0) ^ k1),   mix = Wellons' "lowbias32" (xor-shift-multiply),
 
-all in wrapping int32 arithmetic (GpSimd int32 multiply, VectorE bit ops), and the top ``m`` bits of
+all in int32 arithmetic wrapping modulo 2**32 like torch's (the lowering builds the wrapping multiply
+from 16-bit halves whose products never leave 32 bits, ``lowering/int_wrap.py``: the NKI docs
+promise exact 32-bit integer results, not wrap-around; VectorE bit ops), and the top ``m`` bits of
 ``h`` scaled by 2**-m are the uniform value in [0, 1), ``m`` the dtype's significand width (24 for
 fp32, 8 for bf16, 11 for fp16), so no rounding can reach 1.0. The values are therefore a pure
 function of (key, index): reproducible from the key and the element offset, identical between the

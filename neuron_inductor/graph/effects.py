@@ -14,6 +14,8 @@ import operator
 import torch
 import torch.fx as fx
 
+from ..config import Config
+
 
 def is_impure(n: fx.Node) -> bool:
     """fx's own rule, plus ATen calls that return nothing (they exist for an effect)."""
@@ -23,7 +25,7 @@ def is_impure(n: fx.Node) -> bool:
     return n.op == "call_function" and isinstance(t, torch._ops.OpOverload) and not t._schema.returns
 
 
-def strip_effect_tokens(gm: fx.GraphModule) -> None:
+def strip_effect_tokens(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """``with_effects(token, op, *args)`` of an ATen op with at most one result becomes a plain
     call of ``op``; the new token is the input token."""
     hop = getattr(torch.ops.higher_order, "with_effects", None)

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..config import Config
+
 aten = torch.ops.aten
 
 #: op -> index of the argument that, when empty, makes the op return its ``self`` (argument 0)
@@ -98,7 +100,7 @@ def _full(gm: fx.GraphModule, n: fx.Node, value: Any) -> None:
     _replace(gm, n, new)
 
 
-def fold_empty_operands(gm: fx.GraphModule) -> None:
+def fold_empty_operands(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Rewrite every op with an empty operand and a non-empty result (see the module docstring)."""
     for n in list(gm.graph.nodes):
         if n.op != "call_function":

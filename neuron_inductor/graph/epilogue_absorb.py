@@ -21,14 +21,14 @@ import math
 import networkx as nx
 import torch
 
-from ..lowering.groups import Group, view_root
+from ..lowering.groups import GroupDraft, view_root
 from ..lowering.registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS
 from ..target import common_limit
 
 aten = torch.ops.aten
 
 
-def _absorbable(p, m: Group, f: Group) -> bool:
+def _absorbable(p, m: GroupDraft, f: GroupDraft) -> bool:
     """Fused group ``f`` can become more epilogue of matmul group ``m`` (``p``: the partitioner)."""
     if f.kind != "fused" or f.reduce_axes or f.col_axes or f.parts or \
             not m.domain or m.domain[-1] > common_limit("matmul_n_max"):
@@ -59,11 +59,11 @@ def _absorbable(p, m: Group, f: Group) -> bool:
     return not any(s != id(f) and nx.has_path(dag, s, id(f)) for s in dag.successors(id(m)))
 
 
-def _anchors(g: Group) -> list:
+def _anchors(g: GroupDraft) -> list:
     return [n for n in g.nodes if n.target in (aten.mm.default, aten.bmm.default)]
 
 
-def _sibling_gemm(p, m: Group, f: Group) -> bool:
+def _sibling_gemm(p, m: GroupDraft, f: GroupDraft) -> bool:
     """Matmul group ``f`` (an ``mm`` and its epilogue) can join matmul group ``m``, whose epilogue
     reads its result, as a second anchor (``lowering/matmul_multi.py``): one output domain of at
     most one PSUM bank of columns, neither GEMM reading the other's values."""
@@ -92,7 +92,7 @@ def _sibling_gemm(p, m: Group, f: Group) -> bool:
     return not any(s != id(m) and nx.has_path(dag, s, id(m)) for s in dag.successors(id(f)))
 
 
-def _row_reducer(p, m: Group, f: Group) -> bool:
+def _row_reducer(p, m: GroupDraft, f: GroupDraft) -> bool:
     """Fused group ``f`` reduces rows of matmul group ``m``'s output (an RMSNorm after a projection
     and residual add) and those rows fit one PSUM bank: ``m`` runs inside ``f``'s row loop
     (``lowering/matmul_rows.py``)."""
@@ -140,7 +140,7 @@ def absorb_into_epilogues(p) -> None:
             _take_views(m)
 
 
-def _take_views(g: Group) -> None:
+def _take_views(g: GroupDraft) -> None:
     """Views between members (``view(mm_a)`` read by an epilogue op that came from the other
     group) become members, so the kernel computes through them instead of reading HBM."""
     for n in list(g.nodes):

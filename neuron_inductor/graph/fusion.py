@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 
 from ..lowering.fused_group import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
-from ..lowering.groups import Group, group_outputs, tensor_vals, unmerge, val, view_root  # noqa: F401
+from ..lowering.groups import Group, GroupDraft, group_outputs, tensor_vals, unmerge, val, view_root  # noqa: F401
 from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
                                  takes_epilogue)
@@ -79,12 +79,12 @@ class Partitioner:
     def __init__(self, gm: fx.GraphModule, fusion: bool = True) -> None:
         self.gm = gm
         self.fusion = fusion
-        self.groups: list[Group] = []
-        self.group_of: dict[fx.Node, Group] = {}
+        self.groups: list[GroupDraft] = []
+        self.group_of: dict[fx.Node, GroupDraft] = {}
         self.dag = nx.DiGraph()
 
-    def _new(self, kind: str, n: fx.Node, domain=(), reduce_axes=frozenset(), reason="") -> Group:
-        g = Group([n], [], tuple(domain), frozenset(reduce_axes), kind, reason=reason)
+    def _new(self, kind: str, n: fx.Node, domain=(), reduce_axes=frozenset(), reason="") -> GroupDraft:
+        g = GroupDraft([n], [], tuple(domain), frozenset(reduce_axes), kind, reason=reason)
         g.members = {n}
         self.groups.append(g)
         self.group_of[n] = g
@@ -92,13 +92,13 @@ class Partitioner:
         self._link(g, n)
         return g
 
-    def _link(self, g: Group, n: fx.Node) -> None:
+    def _link(self, g: GroupDraft, n: fx.Node) -> None:
         for a in n.all_input_nodes:
             h = self.group_of.get(view_root(a))
             if h is not None and h is not g:
                 self.dag.add_edge(id(h), id(g))
 
-    def _add(self, g: Group, n: fx.Node) -> None:
+    def _add(self, g: GroupDraft, n: fx.Node) -> None:
         # absorb order-preserving views between the group and n
         for a in n.all_input_nodes:
             chain = []
@@ -114,14 +114,14 @@ class Partitioner:
         self.group_of[n] = g
         self._link(g, n)
 
-    def _creates_cycle(self, g: Group, n: fx.Node) -> bool:
+    def _creates_cycle(self, g: GroupDraft, n: fx.Node) -> bool:
         for a in n.all_input_nodes:
             h = self.group_of.get(view_root(a))
             if h is not None and h is not g and nx.has_path(self.dag, id(g), id(h)):
                 return True
         return False
 
-    def _reaches_in_order(self, g: Group, a: fx.Node) -> bool:
+    def _reaches_in_order(self, g: GroupDraft, a: fx.Node) -> bool:
         """``a`` is a member of g, or reaches one through order-preserving views only."""
         while a not in g.members:
             if _through(a, g.kind == "fused"):
@@ -130,7 +130,7 @@ class Partitioner:
                 return False
         return True
 
-    def _member_inputs(self, g: Group, n: fx.Node) -> list[fx.Node]:
+    def _member_inputs(self, g: GroupDraft, n: fx.Node) -> list[fx.Node]:
         """Members of ``g`` that ``n`` reads (through the views the group computes through)."""
         out = []
         for a in n.all_input_nodes:
@@ -140,7 +140,7 @@ class Partitioner:
                 out.append(a)
         return out
 
-    def _after(self, g: Group, n: fx.Node, axes: frozenset, memo: dict) -> bool:
+    def _after(self, g: GroupDraft, n: fx.Node, axes: frozenset, memo: dict) -> bool:
         """``n`` (a member or candidate) reads, transitively within g, a reduction over ``axes``."""
         if n in memo:
             return memo[n]
@@ -149,12 +149,12 @@ class Partitioner:
                       or self._after(g, a, axes, memo) for a in self._member_inputs(g, n))
         return memo[n]
 
-    def _aligned(self, g: Group, n: fx.Node) -> bool:
+    def _aligned(self, g: GroupDraft, n: fx.Node) -> bool:
         """``n`` reads every reduced-space value of ``g`` at the axes it stands for (axis_map)."""
         return axis_map.aligned(n, g.members, lambda a: _through(a, g.kind == "fused"), g.domain,
                                 g.reduce_axes, reduction=n.target in REDUCTIONS)
 
-    def _compatible(self, g: Group, n: fx.Node) -> bool:
+    def _compatible(self, g: GroupDraft, n: fx.Node) -> bool:
         shape = list(val(n).shape)
         if g.kind == "matmul":
             return n.target not in REDUCTIONS and _fits(shape, g.domain)
@@ -207,7 +207,7 @@ class Partitioner:
                 and self._aligned(g, n)
         return False
 
-    def run(self) -> list[Group]:
+    def run(self) -> list[GroupDraft]:
         for n in self.gm.graph.nodes:
             if n.op != "call_function":
                 continue
@@ -255,7 +255,7 @@ class Partitioner:
                 h.nodes.sort(key=order.__getitem__)
         return [self._by_id[i] for i in nx.topological_sort(self.dag)]
 
-    def _readers(self, n: fx.Node) -> list[Group]:
+    def _readers(self, n: fx.Node) -> list[GroupDraft]:
         """Groups other than ``n``'s that read the tensor ``copy_`` node ``n`` overwrites."""
         found, todo = [], [view_root(n.args[0])]
         while todo:
@@ -269,7 +269,7 @@ class Partitioner:
                     found.append(self.group_of[u])
         return found
 
-    def _try_fuse(self, n: fx.Node, readers: list[Group] = ()) -> bool:
+    def _try_fuse(self, n: fx.Node, readers: list[GroupDraft] = ()) -> bool:
         """Join a producer's group. ``readers`` (for a mutation) must all run before that group:
         never the group itself (a kernel would overwrite what it still reads), never after it."""
         cands = []
@@ -297,7 +297,7 @@ class Partitioner:
         return False
 
     # --- merging -------------------------------------------------------------------------------
-    def _merge(self, host: Group, other: Group) -> bool:
+    def _merge(self, host: GroupDraft, other: GroupDraft) -> bool:
         """Fold ``other`` into ``host`` when each of its nodes fits host's domain (checked in order,
         as if it had joined node by node) and no third group runs between the two."""
         if other is host or host.kind != "fused" or other.kind != "fused" or \
@@ -327,7 +327,7 @@ class Partitioner:
         self.fold(host, other)
         return True
 
-    def fold(self, host: Group, other: Group) -> None:
+    def fold(self, host: GroupDraft, other: GroupDraft) -> None:
         """Make ``other`` a part of ``host``: its nodes, its node-to-group entries and its DAG edges
         move to ``host``, and ``other`` leaves the group list."""
         host.parts.append(other)
@@ -381,5 +381,7 @@ class Partitioner:
 
 
 def partition(gm: fx.GraphModule, fusion: bool = True) -> list[Group]:
+    """The kernel groups of ``gm``, frozen: the partitioner grows ``GroupDraft``s, lowering reads
+    ``Group``s."""
     groups = Partitioner(gm, fusion).run()
-    return merge_horizontal(groups) if fusion else groups
+    return [g.freeze() for g in (merge_horizontal(groups) if fusion else groups)]

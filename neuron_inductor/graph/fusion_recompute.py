@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from ..lowering.groups import Group, val
+from ..lowering.groups import GroupDraft, val
 from ..lowering.registry import ORDER_PRESERVING_VIEWS, POINTWISE, VIEWS
 
 #: longest chain recomputed per value (a cast and an op or two: what a consumer redoes for free)
@@ -29,7 +29,7 @@ def _bytes(n: fx.Node) -> int:
     return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
 
 
-def _chain(g: Group, v: fx.Node) -> tuple[list[fx.Node], fx.Node] | None:
+def _chain(g: GroupDraft, v: fx.Node) -> tuple[list[fx.Node], fx.Node] | None:
     """(nodes from the anchor's consumer to ``v``, anchor): ``v`` rebuilt from a member of ``g`` of
     fewer bytes through single-input pointwise ops and order-preserving views, or None."""
     chain: list[fx.Node] = []
@@ -49,10 +49,10 @@ def _chain(g: Group, v: fx.Node) -> tuple[list[fx.Node], fx.Node] | None:
     return None
 
 
-def _readers(v: fx.Node, group_of: dict) -> dict[Group, list[fx.Node]]:
-    """Group -> the user nodes through which it reads ``v`` (direct users, or views all of whose
+def _readers(v: fx.Node, group_of: dict) -> dict[GroupDraft, list[fx.Node]]:
+    """GroupDraft -> the user nodes through which it reads ``v`` (direct users, or views all of whose
     users sit in that one group)."""
-    out: dict[Group, list[fx.Node]] = {}
+    out: dict[GroupDraft, list[fx.Node]] = {}
     for u in v.users:
         if u.op != "call_function":
             continue
@@ -69,7 +69,7 @@ def _readers(v: fx.Node, group_of: dict) -> dict[Group, list[fx.Node]]:
     return out
 
 
-def recompute_widening_casts(gm: fx.GraphModule, groups: list[Group], group_of: dict,
+def recompute_widening_casts(gm: fx.GraphModule, groups: list[GroupDraft], group_of: dict,
                              fits, aligned) -> int:
     """Move widening-cast chains that cross a group boundary into their fused readers (see the
     module docstring). ``fits(group, node)`` says whether a node may join a group (the partitioner's
@@ -131,7 +131,7 @@ def recompute_widening_casts(gm: fx.GraphModule, groups: list[Group], group_of: 
     return moved
 
 
-def _drop_dead(gm: fx.GraphModule, g: Group, group_of: dict) -> None:
+def _drop_dead(gm: fx.GraphModule, g: GroupDraft, group_of: dict) -> None:
     """Members nothing reads any more (their readers now recompute them) leave the graph."""
     changed = True
     while changed:

@@ -16,7 +16,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from ..lowering.groups import Group, tensor_vals, view_root
+from ..lowering.groups import GroupDraft, tensor_vals, view_root
 
 aten = torch.ops.aten
 
@@ -30,7 +30,7 @@ MAX_PARTS = 4
 MAX_PART_NUMEL = 1 << 20
 
 
-def _eligible(g: Group) -> bool:
+def _eligible(g: GroupDraft) -> bool:
     if g.kind not in PART_KINDS or not g.outputs:
         return False
     if any(n.target is aten.copy_.default for n in g.nodes):  # a mutation orders against readers
@@ -39,12 +39,12 @@ def _eligible(g: Group) -> bool:
     return all(n > 0 for n in sizes) and sum(sizes) <= MAX_PART_NUMEL
 
 
-def _inputs(g: Group) -> set[fx.Node]:
+def _inputs(g: GroupDraft) -> set[fx.Node]:
     return {view_root(a) for n in g.nodes for a in n.all_input_nodes
             if a not in g.members and view_root(a) not in g.members}
 
 
-def merge_horizontal(groups: list[Group]) -> list[Group]:
+def merge_horizontal(groups: list[GroupDraft]) -> list[GroupDraft]:
     """``groups`` (in a topological order) with sibling clusters folded into ``multi`` groups, still
     in a topological order."""
     owner = {n: i for i, g in enumerate(groups) for n in g.nodes}
@@ -91,8 +91,8 @@ def merge_horizontal(groups: list[Group]) -> list[Group]:
     return out
 
 
-def _multi(parts: list[Group]) -> Group:
+def _multi(parts: list[GroupDraft]) -> GroupDraft:
     nodes = [n for p in parts for n in p.nodes]
-    g = Group(nodes, [o for p in parts for o in p.outputs], (), kind="multi", parts=list(parts))
+    g = GroupDraft(nodes, [o for p in parts for o in p.outputs], (), kind="multi", parts=list(parts))
     g.members = set(nodes)
     return g

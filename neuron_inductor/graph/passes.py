@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
+from ..config import Config
 from .cat_layout import cat_into_permuted_layout
 from .cat_select import cat_to_select
 from .effects import is_impure, strip_effect_tokens
@@ -18,7 +19,7 @@ from .wide_scalars import fold_wide_scalar_operands
 aten = torch.ops.aten
 
 
-def dead_code_elimination(gm: fx.GraphModule) -> None:
+def dead_code_elimination(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Drop nodes nobody uses (mutating ops and effect-only calls are kept)."""
     gm.graph.eliminate_dead_code(is_impure)
 
@@ -71,7 +72,7 @@ def _keep_outputs_distinct(gm: fx.GraphModule, before: list) -> None:
     out.args = (type(args)(new),)
 
 
-def common_subexpression_elimination(gm: fx.GraphModule) -> None:
+def common_subexpression_elimination(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Merge nodes computing the same op on the same inputs (AOT graphs repeat views and casts).
     Outputs that were distinct nodes stay distinct tensors (:func:`_keep_outputs_distinct`)."""
     before = _output_nodes(gm)
@@ -117,7 +118,7 @@ def _tuple_val(node: fx.Node, n: int | None = None) -> tuple:
     return tuple(items.get(i) for i in range(n if n is not None else max(items, default=-1) + 1))
 
 
-def strip_rng_wrappers(gm: fx.GraphModule) -> None:
+def strip_rng_wrappers(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Unwrap activation checkpointing's RNG bookkeeping around ops that draw no random numbers.
 
     ``run_and_save_rng_state(op, ...)`` saves the generator state so the backward can replay a random
@@ -157,7 +158,7 @@ def strip_rng_wrappers(gm: fx.GraphModule) -> None:
             g.erase_node(node)
 
 
-def full_like_to_full(gm: fx.GraphModule) -> None:
+def full_like_to_full(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """``full_like(x, v)`` with a contiguous result is ``full(shape, v)``: it reads only x's shape,
     and x is often an ``empty_permuted``/``empty`` (torch's refs build constants that way) that has
     no lowering and would otherwise run on the host before dead-code elimination drops it."""
@@ -176,7 +177,9 @@ def full_like_to_full(gm: fx.GraphModule) -> None:
         g.erase_node(node)
 
 
-PASSES: list[Callable[[fx.GraphModule], None]] = [
+#: every pass is ``fn(gm, cfg)``: it rewrites ``gm`` in place and reads options from ``cfg`` (None: the
+#: defaults, fusion on), never from the graph module
+PASSES: list[Callable[[fx.GraphModule, Config | None], None]] = [
     strip_rng_wrappers,
     strip_effect_tokens,
     fold_empty_operands,
@@ -192,9 +195,9 @@ PASSES: list[Callable[[fx.GraphModule], None]] = [
 ]
 
 
-def run_passes(gm: fx.GraphModule) -> fx.GraphModule:
+def run_passes(gm: fx.GraphModule, cfg: Config | None = None) -> fx.GraphModule:
     for p in PASSES:
-        p(gm)
+        p(gm, cfg)
     gm.graph.lint()
     gm.recompile()
     return gm

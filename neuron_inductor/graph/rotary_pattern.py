@@ -15,6 +15,7 @@ import operator
 import torch
 from torch import fx
 
+from ..config import Config
 from ..lowering.rotary import ROTARY, ROTARY_CAT, supported
 from .effects import is_impure
 
@@ -139,11 +140,11 @@ def _backward_scatter(add: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
     return None
 
 
-def rotary_to_kernel(gm: fx.GraphModule) -> None:
+def rotary_to_kernel(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Replace the matched rotary forward / backward ``add`` nodes with ``neuron_inductor::rotary``
     calls, one per (cos, sin, direction) for every match whose input exists at the first match (q and
     k share one kernel and one pass over the tables); dead-code elimination drops what they replace."""
-    if not gm.meta.get("fusion", True):  # the unfused baseline keeps one kernel per op
+    if cfg is not None and not cfg.fusion:  # the unfused baseline keeps one kernel per op
         return
     g = gm.graph
     order = {n: i for i, n in enumerate(g.nodes)}
@@ -197,12 +198,12 @@ def _piece(p) -> tuple[fx.Node, int, tuple[int, ...]] | None:
     return src, u, perm
 
 
-def rotary_into_cat(gm: fx.GraphModule) -> None:
+def rotary_into_cat(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """A ``cat`` whose pieces are (unsqueezed, permuted) results of one rotary call, followed by
     tensors of the same shape (the backward's ``cat(dq, dk, dv)`` feeding the QKV weight gradient),
     becomes one ``neuron_inductor::rotary_cat``: each rotated piece is written straight into its slot
     instead of round-tripping through HBM before a copy kernel."""
-    if not gm.meta.get("fusion", True):
+    if cfg is not None and not cfg.fusion:
         return
     g = gm.graph
     g.eliminate_dead_code(is_impure)  # the earlier rewrites leave dead readers of the pieces behind

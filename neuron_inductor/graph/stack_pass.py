@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from ..config import Config
+
 aten = torch.ops.aten
 
 _ARANGE = (aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -83,7 +85,7 @@ def _leaf(n: fx.Node, shape: tuple[int, ...], dtype) -> tuple[fx.Node, int, fx.N
     return cond.args[0], cond.args[1], piece
 
 
-def masked_sum_to_cat(gm: fx.GraphModule) -> None:
+def masked_sum_to_cat(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Rewrite ``sum_i where(iota == i, g_i, 0)`` covering every index once into ``cat``."""
     g = gm.graph
     for node in reversed(list(g.nodes)):  # outermost add first; inner partial sums do not cover

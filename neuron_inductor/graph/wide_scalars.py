@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..config import Config
+
 aten = torch.ops.aten
 
 #: binary ops whose ``.Tensor`` form takes a Python scalar in the same argument position
@@ -88,7 +90,7 @@ def _constant_arg(gm: fx.GraphModule, a: Any, memo: dict[fx.Node, Any], depth: i
     return a
 
 
-def fold_wide_scalar_operands(gm: fx.GraphModule) -> None:
+def fold_wide_scalar_operands(gm: fx.GraphModule, cfg: Config | None = None) -> None:
     """Replace a constant float64 0-d operand of a float32/bf16/fp16 binary op by a Python float."""
     g = gm.graph
     memo: dict[fx.Node, Any] = {}

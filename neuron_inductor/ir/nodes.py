@@ -5,9 +5,10 @@ printer dumps them for humans, the cost model walks them, and only codegen turns
 
 Nodes are frozen: every field is declared and set when the node is built (what a tensor is for, the
 host value a parameter binds, the loop depth a tile was allocated at), so a later stage reads what
-the lowering decided. Only the statement lists of a ``Loop`` and a ``Kernel`` grow, while the builder
-fills them. Opcodes, engines and operator names are checked against the instruction specification
-when an ``Instr`` is built: a misspelt ALU operator or activation function fails there.
+the lowering decided; an instruction's operand and attribute maps are ``FrozenMap``s. Only the
+statement lists of a ``Loop`` and a ``Kernel`` grow, while the builder fills them. Opcodes, engines
+and operator names are checked against the instruction specification when an ``Instr`` is built: a
+misspelt ALU operator or activation function fails there.
 
 Memory model (the NKI memory hierarchy: HBM, SBUF, PSUM):
 * every HBM tensor a kernel sees is a *flat span* (1-D) of device memory; logical shapes, strides,
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Union
+from enum import StrEnum
+from typing import Any, NoReturn, Union
 
 import sympy
 
-from ..spec import COMPUTE_INSTRS, ENGINES, INSTRS, check_op_names  # noqa: F401 - ENGINES re-exported
+from ..spec import COMPUTE_INSTRS, ENGINES, INSTRS, Engine, check_op_names  # noqa: F401 - ENGINES re-exported
 
 Expr = Union[sympy.Expr, int]
 
@@ -36,6 +38,34 @@ DTYPE_BYTES: dict[str, int] = {
 FLOAT_DTYPES = frozenset({"float32", "bfloat16", "float16"})
 
 MEMORIES = ("sbuf", "psum")
+
+
+class LoopKind(StrEnum):
+    """``nl.affine_range`` (iterations independent) or ``nl.sequential_range`` (carried dependency)."""
+
+    affine = "affine"
+    sequential = "sequential"
+
+
+class FrozenMap(dict):
+    """A ``dict`` that refuses every change after construction: an instruction's operands and
+    attributes. Still a ``dict`` (printing, ``{**m}``, JSON and pickling work as for one)."""
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("instruction operands and attributes are immutable; build a new Instr")
+
+    __setitem__ = __delitem__ = __ior__ = _frozen  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _frozen  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (FrozenMap, (dict(self),))
+
+    def __copy__(self) -> "FrozenMap":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "FrozenMap":
+        import copy
+        return FrozenMap({k: copy.deepcopy(v, memo) for k, v in self.items()})
 
 
 def loop_var(name: str) -> sympy.Symbol:
@@ -153,18 +183,18 @@ class HBMAccess:
 Operand = Union[TileRegion, float, int, bool]
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Loop:
     """``for var in nl.affine_range(extent)`` (kind ``affine``: iterations independent, PSUM ``+=``
     allowed) or ``nl.sequential_range`` (kind ``sequential``: carried dependency)."""
 
     var: sympy.Symbol
     extent: int
-    kind: str = "affine"
+    kind: LoopKind = LoopKind.affine
     body: list["Stmt"] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        assert self.kind in ("affine", "sequential"), self.kind
+        object.__setattr__(self, "kind", LoopKind(self.kind))
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,7 +232,7 @@ class Instr:
     functions are named by their ``nl`` name (``"add"``, ``"exp"``) or ``spec`` enum member.
     """
 
-    engine: str
+    engine: Engine
     op: str
     dst: TileRegion
     srcs: dict[str, Operand] = field(default_factory=dict)
@@ -211,13 +241,16 @@ class Instr:
     def __post_init__(self) -> None:
         assert self.op in OPCODES, f"unknown opcode {self.op}"
         assert self.engine in OPCODES[self.op], f"{self.op} cannot run on {self.engine}"
+        object.__setattr__(self, "engine", Engine(self.engine))
+        object.__setattr__(self, "srcs", FrozenMap(self.srcs))
+        object.__setattr__(self, "attrs", FrozenMap(self.attrs))
         check_op_names(self.op, self.attrs)
 
 
 Stmt = Union[Loop, Alloc, Dma, Instr]
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Kernel:
     """One NKI kernel: HBM parameters in, ``shared_hbm`` outputs out, a body of statements.
 

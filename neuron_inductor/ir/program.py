@@ -60,7 +60,11 @@ class KernelCall:
 
 @dataclass(eq=False)
 class View:
-    """``name = torch.as_strided(base, size, stride, offset)`` — a view, never a copy."""
+    """``name = torch.as_strided(base, size, stride, base.storage_offset() + offset)`` — a view,
+    never a copy. ``meta.storage_offset`` is relative to ``base``'s own offset: a graph input's offset
+    is not part of what a compiled graph is specialised on (Dynamo does not guard it, the cache key
+    does not hold it), so a per-expert slice of a packed weight arrives at a different offset on
+    every call and the view must follow it."""
 
     name: str
     base: str

@@ -241,7 +241,8 @@ class _KernelVerifier:
         a, r = hbm[0], tiles[0]
         self.access(a, loops, visible, s, ranges)
         self.region(r, loops, visible, s, ranges)
-        findings = check_instr("dma_copy", "dma", self.t, {"dst": _opnd(s.dst), "src": _opnd(s.src)})
+        findings = check_instr(name="dma_copy", engine="dma", target=self.t,
+                               ops={"dst": _opnd(s.dst), "src": _opnd(s.src)})
         if a.indirect is not None:
             base = tuple(a.view) if a.view is not None else (a.tensor.numel,)
             pattern = [[x if _is_int(x) else None for x in pair] for pair in a.pattern]

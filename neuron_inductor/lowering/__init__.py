@@ -5,6 +5,7 @@ into :class:`~.groups.Group` s; ``neuron_inductor.pipeline`` runs both.
 """
 from . import pointwise  # noqa: F401  (registers pointwise ops and reductions)
 from . import matmul  # noqa: F401
+from . import fused, matmul_multi, matmul_rows  # noqa: F401  (group lowerings: fused, sibling GEMMs, row GEMM)
 from . import attention  # noqa: F401  (flash attention forward)
 from . import attention_bwd  # noqa: F401  (flash attention backward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)

@@ -12,14 +12,14 @@ Masks follow torch's CPU flash kernel, which is what eager runs on CPU: masked-o
 at -SOFT), and a query row left without any key (left padding) gets output 0 and logsumexp 0, so its
 gradients are 0 too (see ``_Ctx``).
 
-Instructions follow the documented NKI rules (../shared/docs/nki.md §9): comparisons, maximum and
+Instructions follow the documented NKI rules (docs/nki-rules.md): comparisons, maximum and
 subtract on VectorE; float32 scalar operands; 1 / rowsum by a reciprocal, never a divide ALU op; ScalarE
 copies as ``activation(copy)`` (``tensor_copy`` is not on ScalarE on trn1); a TensorE transpose writes a
 PSUM tile of its input's dtype, so with bf16/fp16 operands every head in flight of the backward also
 holds a PSUM bank of that dtype, while the forward transposes them as identity matmuls into its fp32
 score banks (``transpose_instr``).
 
-Forward (nki.md §6.6), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two PSUM
+Forward (docs/hardware.md, "Flash attention"), per (batch, head), per 128-query tile: keys in steps of ``KEY_STEP`` (two PSUM
 banks of 128 x 512 fp32 scores); each step: QK^T on TensorE (causal: the diagonal block's -HARD upper
 triangle added by an identity matmul into the same PSUM group, no VectorE pass; other masks added while
 leaving PSUM), row max straight from PSUM (VectorE), P = exp(scale*s - scale*m) in the matmul dtype
@@ -49,11 +49,12 @@ import torch.fx as fx
 
 from ..costmodel.instrs import instr_cost, make_evaluator
 from ..ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
+from ..spec import INSTRS, ActFunc, AluOp, Engine
 from ..target import common_limit
-from .builder import KernelBuilder, ceil_div
+from .builder import Emitter, KernelBuilder, ceil_div, instr_of
 from .loops import maybe_loop
 from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
-from .registry import register_lowering
+from .registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 #: partitions of a tile and columns of a PSUM score bank, from the target (the same on every target)
@@ -165,8 +166,8 @@ def copy_instr(engine: str, dst: TileRegion, src: TileRegion) -> Instr:
     ``tensor_copy`` on the Scalar engine is not supported on NeuronCore-v2 (trn1), the activation
     copy is on every target, at the same cost."""
     if engine == "scalar":
-        return Instr("scalar", "activation", dst, {"data": src}, {"op": "copy"})
-    return Instr(engine, "tensor_copy", dst, {"src": src}, {})
+        return instr_of(INSTRS["activation"], dst, Engine.scalar, op=ActFunc.copy, data=src)
+    return instr_of(INSTRS["tensor_copy"], dst, engine, src=src)
 
 
 def transpose_instr(dst: TileRegion, src: TileRegion, ident: Tile | None) -> Instr:
@@ -176,10 +177,9 @@ def transpose_instr(dst: TileRegion, src: TileRegion, ident: Tile | None) -> Ins
     TensorE cost as ``nc_transpose``. That lets the forward transpose into its consumed score banks
     whatever the operand dtype, instead of holding a PSUM bank of that dtype per query tile."""
     if ident is None or dst.dtype == src.dtype:
-        return Instr("tensor", "nc_transpose", dst, {"data": src}, {})
+        return instr_of(INSTRS["nc_transpose"], dst, Engine.tensor, data=src)
     rows = src.sizes[0]
-    return Instr("tensor", "nc_matmul", dst, {"stationary": src, "moving": ident.region(rows, rows)},
-                 {"accumulate": False})
+    return instr_of(INSTRS["nc_matmul"], dst, stationary=src, moving=ident.region(rows, rows), accumulate=False)
 
 
 class _Ctx:
@@ -224,22 +224,19 @@ class _Ctx:
         if self.mask is not None:
             kb.dma(r, self.mask.rows(b, h, q0, rows, cols, k0))
             if self.mask_bool:   # {0, 1} -> {-HARD, 0}
-                kb.instr("vector", "tensor_scalar", r, {"data": r, "operand0": 1.0, "operand1": HARD},
-                         op0="subtract", op1="multiply")
+                kb.tensor_scalar(r, data=r, operand0=1.0, operand1=HARD, op0=AluOp.subtract, op1=AluOp.multiply)
             else:                # -inf -> -HARD; finite m -> max(m / scale, -SOFT)
-                kb.instr("vector", "tensor_scalar", t, {"data": r, "operand0": NEG_F32_MAX, "operand1": -HARD},
-                         op0="less", op1="multiply")
-                kb.instr("vector", "tensor_scalar", r, {"data": r, "operand0": 1.0 / self.scale,
-                                                        "operand1": -SOFT}, op0="multiply", op1="maximum")
-                kb.instr("gpsimd", "tensor_tensor", r, {"data1": r, "data2": t}, op="add")
+                kb.tensor_scalar(t, data=r, operand0=NEG_F32_MAX, operand1=-HARD, op0=AluOp.less, op1=AluOp.multiply)
+                kb.tensor_scalar(r, data=r, operand0=1.0 / self.scale, operand1=-SOFT, op0=AluOp.multiply,
+                                 op1=AluOp.maximum)
+                kb.tensor_tensor(r, data1=r, data2=t, op=AluOp.add, engine=Engine.gpsimd)
         if self.causal and k0 + cols - 1 > q0:
             dst = t if self.mask is not None else r
             # value (k - q) = (k0 + f) - (q0 + p) > 0 is masked
-            kb.instr("gpsimd", "iota", dst, {}, pattern=[[1, cols]], offset=k0 - q0, channel_multiplier=-1)
-            kb.instr("vector", "tensor_scalar", dst, {"data": dst, "operand0": 0.0, "operand1": -HARD},
-                     op0="greater", op1="multiply")
+            kb.iota(dst, pattern=[[1, cols]], offset=k0 - q0, channel_multiplier=-1)
+            kb.tensor_scalar(dst, data=dst, operand0=0.0, operand1=-HARD, op0=AluOp.greater, op1=AluOp.multiply)
             if self.mask is not None:
-                kb.instr("gpsimd", "tensor_tensor", r, {"data1": r, "data2": dst}, op="add")
+                kb.tensor_tensor(r, data1=r, data2=dst, op=AluOp.add, engine=Engine.gpsimd)
         return r
 
 
@@ -283,7 +280,7 @@ def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: _T4, b, h, g0: int, n: 
         inter = kb.tile((PMAX, NMAX // r, r), dt, prefix="xT_strided")
         for j in range(r):
             bal.copy(TileRegion(inter, (0, 0, j), (D, PMAX, 1)), TileRegion(ps, (0, pc + PMAX * j), (D, PMAX)))
-        kb.instr("gpsimd", "tensor_copy", out.region(D, NMAX), {"src": inter.region(D, NMAX // r, r)})
+        kb.tensor_copy(out.region(D, NMAX), src=inter.region(D, NMAX // r, r), engine=Engine.gpsimd)
         return out
     stage = kb.tile((PMAX, BLOCKS_PER_BANK * D), dt, prefix="x_rows")
     for jj in range(ceil_div(n, PMAX)):
@@ -307,7 +304,7 @@ def _cols(t: Tile, c0: int, w: int, parts: int) -> TileRegion:
 
 
 # ------------------------------------------------------------------------------------ forward
-class _Balance:
+class _Balance(Emitter):
     """VectorE / ScalarE work of the forward, priced by the cost model as it is emitted, so each
     PSUM eviction (which either engine can do) goes to the one with less work so far: the forward's
     three passes over every score (row max, exp, P^T eviction) are shared between exactly these two."""
@@ -316,26 +313,24 @@ class _Balance:
         self.kb = kb
         self.load = {"vector": 0.0, "scalar": 0.0}
 
-    def instr(self, engine: str, opcode: str, dst: TileRegion, srcs: dict, **attrs) -> None:
-        ins = Instr(engine, opcode, dst, dict(srcs), dict(attrs))
+    def add(self, ins: Instr) -> None:  # type: ignore[override]
         self.kb.add(ins)
-        if engine in self.load:
-            self.load[engine] += instr_cost(ins, self.kb.target, make_evaluator({})).latency
+        if ins.engine in self.load:
+            self.load[ins.engine] += instr_cost(ins, self.kb.target, make_evaluator({})).latency
 
     def either(self) -> str:
         return min(self.load, key=self.load.get)
 
     def copy(self, dst: TileRegion, src: TileRegion) -> None:
-        ins = copy_instr(self.either(), dst, src)
-        self.instr(ins.engine, ins.op, dst, ins.srcs, **ins.attrs)
+        self.add(copy_instr(self.either(), dst, src))
 
     def scale_rows(self, dst: TileRegion, src: TileRegion, factor: "TileRegion | float") -> None:
         """dst = src * factor (a [P, 1] float32 column or a constant) on the less busy engine; GpSimd
         tensor_scalar is documented for rsqrt only, so a multiply goes to VectorE or ScalarE."""
         if self.either() == "scalar":
-            self.instr("scalar", "activation", dst, {"data": src, "scale": factor}, op="copy")
+            self.activation(dst, data=src, scale=factor, op=ActFunc.copy)
         else:
-            self.instr("vector", "tensor_scalar", dst, {"data": src, "operand0": factor}, op0="multiply")
+            self.tensor_scalar(dst, data=src, operand0=factor, op0=AluOp.multiply)
 
 
 def flash_supports(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask=None,
@@ -344,9 +339,9 @@ def flash_supports(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, 
     return unsupported(q, k, v, dropout_p, attn_mask) or True
 
 
-@register_lowering(FLASH_FWD, kind="kernel", supports=flash_supports, takes_context=False)
-def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                    cfg) -> None:
+@register_lowering(FLASH_FWD, kind="kernel", supports=flash_supports)
+def lower_flash_fwd(ctx: KernelContext, *args) -> None:
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     vals = _args(n, ["query", "key", "value", "dropout_p", "is_causal"],
                  {"dropout_p": 0.0, "is_causal": False, "attn_mask": None, "scale": None})
     qn, kn, vn = vals["query"], vals["key"], vals["value"]
@@ -389,19 +384,16 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
     ident = trim = None
     if tri or low:   # identity (and the strict upper triangle, -HARD where key > query), built once
         ident = kb.tile((PMAX, PMAX), dt, prefix="ident")
-        kb.instr("gpsimd", "iota", ident.region(PMAX, PMAX), {}, pattern=[[1, PMAX]], offset=0,
-                 channel_multiplier=-1)
+        kb.iota(ident.region(PMAX, PMAX), pattern=[[1, PMAX]], offset=0, channel_multiplier=-1)
         if tri:
             trim = kb.tile((PMAX, PMAX), dt, prefix="tri")
-            kb.instr("vector", "tensor_scalar", trim.region(PMAX, PMAX),
-                     {"data": ident.region(PMAX, PMAX), "operand0": 0.0, "operand1": -HARD}, op0="greater",
-                     op1="multiply")
-        kb.instr("vector", "tensor_scalar", ident.region(PMAX, PMAX),
-                 {"data": ident.region(PMAX, PMAX), "operand0": 0.0}, op0="equal")
+            kb.tensor_scalar(trim.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0, operand1=-HARD,
+                             op0=AluOp.greater, op1=AluOp.multiply)
+        kb.tensor_scalar(ident.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0, op0=AluOp.equal)
     # -scale in a column: GpSimd may multiply two tiles (tensor_tensor) but not a tile by a constant
     # (tensor_scalar there is rsqrt only), so -scale * m stays off the busy VectorE / ScalarE
     negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
-    kb.instr("gpsimd", "memset", negs.region(PMAX, 1), {}, value=float(-ctx.scale))
+    kb.memset(negs.region(PMAX, 1), value=float(-ctx.scale), engine=Engine.gpsimd)
     with maybe_loop(kb, B, "affine", "b") as b:
         # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
         # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
@@ -410,8 +402,8 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         if lse is not None:
             lsecols = tuple(kb.tile((PMAX, nq, H), "float32", prefix=f"lse_{x}") for x in "lm")
             if Sq % PMAX:   # rows past the last tile's queries are never written: keep them finite
-                kb.instr("gpsimd", "memset", lsecols[0].region(PMAX, nq, H), {}, value=1.0)
-                kb.instr("gpsimd", "memset", lsecols[1].region(PMAX, nq, H), {}, value=0.0)
+                kb.memset(lsecols[0].region(PMAX, nq, H), value=1.0, engine=Engine.gpsimd)
+                kb.memset(lsecols[1].region(PMAX, nq, H), value=0.0, engine=Engine.gpsimd)
         with maybe_loop(kb, H, "affine", "h") as h:
             # PSUM: a ring of score banks (each with its P^T tile in SBUF); a query tile takes the next
             # banks of the ring, so tiles of different widths (causal) share PSUM as they need it
@@ -437,7 +429,7 @@ def lower_flash_fwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, tp, rk,
                                         sets[0]["ident"]))
                 vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
-                kb.instr("gpsimd", "memset", vr[-1].region(PMAX, per * (D + 1)), {}, value=1.0)
+                kb.memset(vr[-1].region(PMAX, per * (D + 1)), value=1.0, engine=Engine.gpsimd)
                 for j in range(g * per, min(nk, (g + 1) * per)):
                     cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
                     kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
@@ -473,15 +465,15 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
     1 / l (the output's final scale) and -scale * m (the forward's running exp bias)."""
     lt, mt = cols
     lr, mr = lt.region(PMAX, nq, H), mt.region(PMAX, nq, H)
-    bal.instr("scalar", "activation", lr, {"data": lr}, op="log", scale=1.0)
+    bal.activation(lr, data=lr, op=ActFunc.log, scale=1.0)
     alive = None
     if ctx.rows_may_die:   # a row left without keys gets logsumexp 0 (as torch), so P = 0 in backward
         alive = kb.tile((PMAX, nq, H), "float32", prefix="lse_alive").region(PMAX, nq, H)
-        bal.instr("vector", "tensor_scalar", alive, {"data": mr, "operand0": -ctx.scale * DEAD}, op0="less")
-    kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": lr}, op="add")
+        bal.tensor_scalar(alive, data=mr, operand0=-ctx.scale * DEAD, op0=AluOp.less)
+    kb.tensor_tensor(mr, data1=mr, data2=lr, op=AluOp.add, engine=Engine.gpsimd)
     bal.scale_rows(mr, mr, -1.0)
     if alive is not None:
-        kb.instr("gpsimd", "tensor_tensor", mr, {"data1": mr, "data2": alive}, op="multiply")
+        kb.tensor_tensor(mr, data1=mr, data2=alive, op=AluOp.multiply, engine=Engine.gpsimd)
     s0, s1, s2 = lse.st[:3]
     base = lse.off + b * s0
     full, rem = Sq // PMAX, Sq % PMAX
@@ -525,38 +517,35 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             c0 = k0 + NMAX * bi
             cw = min(NMAX, k0 + kw - c0)
             sp = ts["s"][bi].region(rows, cw)
-            kb.instr("tensor", "nc_matmul", sp, {"stationary": qT,
-                                                  "moving": _cols(kT[c0 // NMAX], c0 % NMAX, cw, D)},
-                     accumulate=False)
+            kb.nc_matmul(sp, stationary=qT, moving=_cols(kT[c0 // NMAX], c0 % NMAX, cw, D), accumulate=False)
             if trim is not None and c0 + cw - 1 > q0:   # the diagonal block [q0, q0 + dw) of this bank
                 dw = c0 + cw - q0
-                kb.instr("tensor", "nc_matmul", TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)),
-                         {"stationary": ident.region(rows, rows), "moving": trim.region(rows, dw)}, accumulate=True)
+                kb.nc_matmul(TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)), stationary=ident.region(rows, rows),
+                             moving=trim.region(rows, dw), accumulate=True)
             elif ctx.needs_mask(q0, rows, c0, cw):
                 bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, c0, cw)
                 s_sb = ts["ssb"][bi].region(rows, cw)
-                bal.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
+                bal.tensor_tensor(s_sb, data1=sp, data2=bias, op=AluOp.add)
                 sp = s_sb
             srcs.append((sp, c0, cw))
-            bal.instr("vector", "tensor_reduce", MSTEP if nbk == 1 else col(8 + bi), {"data": sp},
-                      op="maximum", axis=(1,), keepdims=True)
+            bal.tensor_reduce(MSTEP if nbk == 1 else col(8 + bi), data=sp, op=AluOp.maximum, axis=(1,), keepdims=True)
         NEGM, negm_old = NEGMS[si % 2], NEGMS[(si + 1) % 2]
         if nbk == 2 and not si:   # -scale * max of the two banks' maxima, in one instruction
-            bal.instr("vector", "tensor_scalar", NEGM, {"data": col(8), "operand0": col(9), "operand1": -scale},
-                      op0="maximum", op1="multiply")
+            bal.tensor_scalar(NEGM, data=col(8), operand0=col(9), operand1=-scale, op0=AluOp.maximum,
+                              op1=AluOp.multiply)
         elif nbk > 1:
-            bal.instr("vector", "tensor_reduce", MSTEP, {"data": TileRegion(st, (0, 8), (rows, nbk))},
-                      op="maximum", axis=(1,), keepdims=True)
+            bal.tensor_reduce(MSTEP, data=TileRegion(st, (0, 8), (rows, nbk)), op=AluOp.maximum, axis=(1,),
+                              keepdims=True)
         if si:   # -scale * max(m_step, m_old) = min(-scale * m_step, -scale * m_old)
-            bal.instr("vector", "tensor_scalar", NEGM, {"data": MSTEP, "operand0": -scale, "operand1": negm_old},
-                      op0="multiply", op1="minimum")
+            bal.tensor_scalar(NEGM, data=MSTEP, operand0=-scale, operand1=negm_old, op0=AluOp.multiply,
+                              op1=AluOp.minimum)
             # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
-            bal.instr("scalar", "activation", ALPHA, {"data": negm_old, "bias": NEGM}, op="exp", scale=-1.0)
+            bal.activation(ALPHA, data=negm_old, bias=NEGM, op=ActFunc.exp, scale=-1.0)
         elif nbk == 1:
             bal.scale_rows(NEGM, MSTEP, -scale)
         for bi, (sp, c0, cw) in enumerate(srcs):
             pr = TileRegion(ts["p"][bi], (0, 0), (rows, cw))
-            bal.instr("scalar", "activation", pr, {"data": sp, "bias": NEGM}, op="exp", scale=scale)
+            bal.activation(pr, data=sp, bias=NEGM, op=ActFunc.exp, scale=scale)
             # P^T in 128-key blocks (TensorE) into this bank (its scores are consumed), evicted at once
             (ps, pc), pt = _tp(ts, bi), ts["pts"][bi]
             nblk = ceil_div(cw, PMAX)
@@ -574,27 +563,27 @@ def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i
             for t in range(nblk):
                 kc = min(PMAX, cw - PMAX * t)
                 kg = (c0 + PMAX * t) // PMAX
-                kb.instr("tensor", "nc_matmul", o_ps,
-                         {"stationary": TileRegion(pt, (0, PMAX * t), (kc, rows)),
-                          "moving": TileRegion(vr[kg // BLOCKS_PER_BANK], (0, (D + 1) * (kg % BLOCKS_PER_BANK)),
-                                               (kc, D + 1))}, accumulate=not (bi == 0 and t == 0))
+                kb.nc_matmul(o_ps, stationary=TileRegion(pt, (0, PMAX * t), (kc, rows)),
+                             moving=TileRegion(vr[kg // BLOCKS_PER_BANK], (0, (D + 1) * (kg % BLOCKS_PER_BANK)),
+                                               (kc, D + 1)),
+                             accumulate=not (bi == 0 and t == 0))
         if len(steps) > 1:   # o_sb = alpha * o_sb + P [V | 1] of this step (PSUM is reused next step)
             if si == 0:
                 bal.copy(o_sb, o_ps)
             else:
                 bal.scale_rows(o_sb, o_sb, ALPHA)
-                bal.instr("vector", "tensor_tensor", o_sb, {"data1": o_sb, "data2": o_ps}, op="add")
+                bal.tensor_tensor(o_sb, data1=o_sb, data2=o_ps, op=AluOp.add)
     acc = o_sb if len(steps) > 1 else o_ps
     negm_fin = NEGMS[(len(steps) - 1) % 2]
     # 1 / l (no divide on the engines), read by ScalarE straight from the accumulator (PSUM or SBUF)
-    bal.instr("scalar", "activation", ALPHA, {"data": TileRegion(acc.tile, (0, D), (rows, 1))}, op="reciprocal")
+    bal.activation(ALPHA, data=TileRegion(acc.tile, (0, D), (rows, 1)), op=ActFunc.reciprocal)
     if lsecols is not None:   # this tile's 1 / l and -scale * m join the batch entry's logsumexp inputs
         for t, x in zip(lsecols, (ALPHA, negm_fin)):
-            kb.instr("gpsimd", "tensor_copy", TileRegion(t, (0, i, h), (rows, 1, 1)), {"src": x})
+            kb.tensor_copy(TileRegion(t, (0, i, h), (rows, 1, 1)), src=x, engine=Engine.gpsimd)
     if out is not None:   # rows left without keys get output 0
         if ctx.rows_may_die:
-            bal.instr("vector", "tensor_scalar", ALPHA, {"data": negm_fin, "operand0": -scale * DEAD,
-                                                         "operand1": ALPHA}, op0="less", op1="multiply")
+            bal.tensor_scalar(ALPHA, data=negm_fin, operand0=-scale * DEAD, operand1=ALPHA, op0=AluOp.less,
+                              op1=AluOp.multiply)
         osb = ts["oout"].region(rows, D)
         bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), ALPHA)
         kb.dma(out.rows(b, h, q0, rows, D), osb)

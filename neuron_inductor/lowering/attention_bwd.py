@@ -1,6 +1,6 @@
 """Flash attention backward on TensorE: ``aten._scaled_dot_product_flash_attention_for_cpu_backward``.
 
-FA-2 (nki.md §6.7), per (batch, head), per 128-key tile (dK, dV accumulated over the query tiles in the
+FA-2 (docs/hardware.md, "Flash attention"), per (batch, head), per 128-key tile (dK, dV accumulated over the query tiles in the
 PSUM bank that also holds S and dP): S recomputed, P = exp(scale*s - lse) straight from the saved
 logsumexp (0 on rows the forward left without keys, whose logsumexp is 0), dV += P^T dO, dP = dO V^T,
 dS = scale * P * (dP - D) with D = rowsum(dO * O) precomputed per query tile, dK += dS^T Q, and
@@ -16,7 +16,9 @@ from .attention import FLASH_BWD, PMAX, _T4, _args, _ctx, _in, _out, _results, u
 from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, hw_dtype
 from .loops import maybe_loop
-from .registry import register_lowering
+from .registry import KernelContext, register_lowering
+from ..spec import ActFunc, AluOp, Engine
+from .transpose import tensor_transpose
 
 #: keys per backward block: one 128-key tile, so S | dP (2 x 128 fp32) and the group's dK | dV
 #: (2 x head dim fp32) share one PSUM bank and, with the bf16/fp16 transpose tile, a head holds two
@@ -32,9 +34,9 @@ def flash_bwd_supports(grad_out, q, k, v, out, lse, dropout_p: float, is_causal:
     return unsupported(q, k, v, dropout_p, attn_mask) or True
 
 
-@register_lowering(FLASH_BWD, kind="kernel", supports=flash_bwd_supports, takes_context=False)
-def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                    cfg) -> None:
+@register_lowering(FLASH_BWD, kind="kernel", supports=flash_bwd_supports)
+def lower_flash_bwd(ctx: KernelContext, *args) -> None:
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     vals = _args(n, ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"],
                  {"attn_mask": None, "scale": None})
     qv, kv, vv = (vals[x].meta["val"] for x in ("query", "key", "value"))
@@ -98,30 +100,30 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
         dq = kb.tile((PMAX, nq * D), "float32", prefix="dq_acc")
         ot = kb.tile((PMAX, D), dt, prefix="o_rows")
         prod = kb.tile((PMAX, D), "float32", prefix="do_o")
-        kb.instr("gpsimd", "memset", dq.region(PMAX, nq * D), {}, value=0.0)
+        kb.memset(dq.region(PMAX, nq * D), value=0.0, engine=Engine.gpsimd)
         for i in range(nq):
             rows = min(PMAX, Sq - PMAX * i)
             ts = sets[i % len(sets)]
             qri = TileRegion(qr, (0, D * i), (rows, D))
             kb.dma(qri, q.rows(b, h, PMAX * i, rows, D))
             tp = ts["tp"] or ts["ac"]
-            kb.instr("tensor", "nc_transpose", tp.region(D, rows), {"data": qri})
+            tensor_transpose(kb, tp.region(D, rows), qri)
             ctx.evict(TileRegion(qT, (0, PMAX * i), (D, rows)), tp.region(D, rows))
             dri = TileRegion(dor, (0, D * i), (rows, D))
             kb.dma(dri, go.rows(b, h, PMAX * i, rows, D))
             cT = TileRegion(tp, (0, KEY_GROUP), (D, rows))
-            kb.instr("tensor", "nc_transpose", cT, {"data": dri})
+            tensor_transpose(kb, cT, dri)
             ctx.evict(TileRegion(doT, (0, PMAX * i), (D, rows)), cT)
             col = TileRegion(nlse, (0, i), (rows, 1))
             kb.dma(col, HBMAccess(lse.param, lse.off + b * lse.st[0] + h * lse.st[1] + PMAX * i * lse.st[2],
                                   ((lse.st[2], rows), (1, 1))))
-            kb.instr("scalar", "activation", col, {"data": col}, op="copy", scale=-1.0)   # GpSimd: rsqrt only
+            kb.activation(col, data=col, op=ActFunc.copy, scale=-1.0)   # GpSimd: rsqrt only
             # D_i = rowsum(dO * O)
             kb.dma(ot.region(rows, D), o.rows(b, h, PMAX * i, rows, D))
-            kb.instr("gpsimd", "tensor_tensor", prod.region(rows, D), {"data1": dri, "data2": ot.region(rows, D)},
-                     op="multiply")
-            kb.instr("vector", "tensor_reduce", TileRegion(di, (0, i), (rows, 1)), {"data": prod.region(rows, D)},
-                     op="add", axis=(1,), keepdims=True)
+            kb.tensor_tensor(prod.region(rows, D), data1=dri, data2=ot.region(rows, D), op=AluOp.multiply,
+                             engine=Engine.gpsimd)
+            kb.tensor_reduce(TileRegion(di, (0, i), (rows, 1)), data=prod.region(rows, D), op=AluOp.add, axis=(1,),
+                             keepdims=True)
         blk = 0
         for gi, g0 in enumerate(range(0, Sk, KEY_GROUP)):
             gw = min(KEY_GROUP, Sk - g0)
@@ -134,7 +136,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                     kb.dma(rr, src.rows(b, h, g0 + PMAX * t, kc, D))
                     nxt = sets[(gi + 1) % len(sets)]
                     tr = TileRegion(nxt["tp"] or nxt["ac"], (0, ps), (D, kc))
-                    kb.instr("tensor", "nc_transpose", tr, {"data": rr})
+                    tensor_transpose(kb, tr, rr)
                     ctx.evict(TileRegion(tT, (0, PMAX * t), (D, kc)), tr)
             # causal: query tiles holding some q >= g0
             qtiles = [i for i in range(nq) if not ctx.causal or PMAX * i + min(PMAX, Sq - PMAX * i) - 1 >= g0]
@@ -149,36 +151,31 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 cw = min(gw, q0 + rows - g0) if ctx.causal else gw
                 ntt = ceil_div(cw, PMAX)
                 sp = ts["ac"].region(rows, cw)
-                kb.instr("tensor", "nc_matmul", sp, {"stationary": TileRegion(qT, (0, q0), (D, rows)),
-                                                      "moving": gs["kT"].region(D, cw)}, accumulate=False)
+                kb.nc_matmul(sp, stationary=TileRegion(qT, (0, q0), (D, rows)), moving=gs["kT"].region(D, cw),
+                             accumulate=False)
                 if ctx.needs_mask(q0, rows, g0, cw):
                     bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, g0, cw)
                     s_sb = ts["ssb"].region(rows, cw)
-                    kb.instr("vector", "tensor_tensor", s_sb, {"data1": sp, "data2": bias}, op="add")
+                    kb.tensor_tensor(s_sb, data1=sp, data2=bias, op=AluOp.add)
                     sp = s_sb
                 p = ts["p"].region(rows, cw)
-                kb.instr("scalar", "activation", p, {"data": sp, "bias": TileRegion(nlse, (0, i), (rows, 1))},
-                         op="exp", scale=ctx.scale)
+                kb.activation(p, data=sp, bias=TileRegion(nlse, (0, i), (rows, 1)), op=ActFunc.exp, scale=ctx.scale)
                 dp = TileRegion(ts["ac"], (0, KEY_GROUP), (rows, cw))
-                kb.instr("tensor", "nc_matmul", dp, {"stationary": TileRegion(doT, (0, q0), (D, rows)),
-                                                      "moving": gs["vT"].region(D, cw)}, accumulate=False)
+                kb.nc_matmul(dp, stationary=TileRegion(doT, (0, q0), (D, rows)), moving=gs["vT"].region(D, cw),
+                             accumulate=False)
                 dpm = ts["dpm"].region(rows, cw)
-                kb.instr("vector", "tensor_scalar", dpm, {"data": dp, "operand0": TileRegion(di, (0, i), (rows, 1)),
-                                                          "operand1": ctx.scale}, op0="subtract", op1="multiply")
+                kb.tensor_scalar(dpm, data=dp, operand0=TileRegion(di, (0, i), (rows, 1)), operand1=ctx.scale,
+                                 op0=AluOp.subtract, op1=AluOp.multiply)
                 ds = ts["ds"].region(rows, cw)
-                kb.instr("gpsimd", "tensor_tensor", ds, {"data1": p, "data2": dpm}, op="multiply")
+                kb.tensor_tensor(ds, data1=p, data2=dpm, op=AluOp.multiply, engine=Engine.gpsimd)
                 for t in range(ntt):
                     kc = min(PMAX, cw - PMAX * t)
                     acc = first_of.setdefault(t, i) != i
                     seen[t] = max(seen.get(t, 0), kc)
-                    kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, dc + D * (ntg + t)), (kc, D)),
-                             {"stationary": TileRegion(ts["p"], (0, PMAX * t), (rows, kc)),
-                              "moving": TileRegion(dor, (0, D * i), (rows, D))}, accumulate=acc)
-                    kb.instr("tensor", "nc_matmul", TileRegion(dkv, (0, dc + D * t), (kc, D)),
-                             {"stationary": TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)),
-                              "moving": TileRegion(qr, (0, D * i), (rows, D))}, accumulate=acc)
-                    kb.instr("tensor", "nc_transpose", TileRegion(tp, (0, PMAX * t), (kc, rows)),
-                             {"data": TileRegion(ts["ds"], (0, PMAX * t), (rows, kc))})
+                    kb.nc_matmul(TileRegion(dkv, (0, dc + D * (ntg + t)), (kc, D)), stationary=TileRegion(ts["p"], (0, PMAX * t), (rows, kc)), moving=TileRegion(dor, (0, D * i), (rows, D)), accumulate=acc, engine="tensor")
+                    kb.nc_matmul(TileRegion(dkv, (0, dc + D * t), (kc, D)), stationary=TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)), moving=TileRegion(qr, (0, D * i), (rows, D)), accumulate=acc, engine="tensor")
+                    tensor_transpose(kb, TileRegion(tp, (0, PMAX * t), (kc, rows)),
+                                     TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)))
                 if rows == PMAX and cw % PMAX == 0:
                     ctx.evict(ts["dst"].region(PMAX, cw), tp.region(PMAX, cw), "scalar")
                 else:
@@ -189,11 +186,10 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                 dqp = TileRegion(ts["ac"], (0, KEY_GROUP), (rows, D))   # dP is consumed by now
                 for t in range(ntt):
                     kc = min(PMAX, cw - PMAX * t)
-                    kb.instr("tensor", "nc_matmul", dqp, {"stationary": TileRegion(ts["dst"], (0, PMAX * t), (kc, rows)),
-                                                          "moving": TileRegion(gs["kr"], (0, D * t), (kc, D))},
-                             accumulate=t > 0)
+                    kb.nc_matmul(dqp, stationary=TileRegion(ts["dst"], (0, PMAX * t), (kc, rows)),
+                                 moving=TileRegion(gs["kr"], (0, D * t), (kc, D)), accumulate=t > 0)
                 acc_r = TileRegion(dq, (0, D * i), (rows, D))
-                kb.instr("vector", "tensor_tensor", acc_r, {"data1": acc_r, "data2": dqp}, op="add")
+                kb.tensor_tensor(acc_r, data1=acc_r, data2=dqp, op=AluOp.add)
             for which, c0 in ((1, 0), (2, ntg * D)):
                 if which not in outs:
                     continue
@@ -202,7 +198,7 @@ def lower_flash_bwd(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                     g = TileRegion(gs["gsb"], (0, D * t), (kc, D))
                     w = seen.get(t, 0)
                     if w < kc:  # keys no query sees (causal, Sk > Sq) get zero gradients
-                        kb.instr("gpsimd", "memset", g, {}, value=0.0)
+                        kb.memset(g, value=0.0, engine=Engine.gpsimd)
                     if w:
                         ctx.evict(TileRegion(gs["gsb"], (0, D * t), (w, D)), TileRegion(dkv, (0, dc + c0 + D * t), (w, D)))
                     kb.dma(outs[which].rows(b, h, g0 + PMAX * t, kc, D), g)

@@ -3,27 +3,44 @@
 A ``KernelBuilder`` accumulates IR statements into the current block (``with kb.loop(...)`` opens a
 nested one), hands out readable names, and recycles SBUF tiles whose values are dead so a long fused
 chain stays within the SBUF budget instead of allocating one tile per op.
+
+Instructions are emitted through one typed method per ``nisa`` instruction of the specification
+(``kb.tensor_scalar(dst, data=x, op0=AluOp.add, operand0=1.0)``, ``kb.nc_matmul(...)``), generated
+from ``spec.INSTRS``: the keywords a method accepts, its default engine and which keywords are tile
+operands come from that one table, so a misspelt keyword fails where the lowering wrote it.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass
-from typing import Iterator
+from enum import StrEnum
+from typing import Any, Callable, Iterator
 
 import sympy
 
 from ..ir import (Alloc, Dma, HBMAccess, HBMTensor, Instr, Kernel, Loop, NameGen, Operand, Stmt, Tile,
                   TileRegion, loop_var)
-from ..spec.instrs import instr_spec
+from ..spec.instrs import COMPUTE_INSTRS, INSTRS, Engine, InstrSpec, instr_spec
 from ..target import Target
 
 
-@dataclass(eq=False)
+class ValueKind(StrEnum):
+    """What a ``TVal`` holds: a ``full`` [rows, cols] region, a ``row`` [rows, 1] region (constant
+    along the free axis) or a Python ``scalar``."""
+
+    full = "full"
+    row = "row"
+    scalar = "scalar"
+
+
+@dataclass(frozen=True, eq=False)
 class TVal:
     """A value inside a tile iteration: a ``full`` [rows, cols] region, a ``row`` [rows, 1] region
-    (constant along the free axis), or a Python ``scalar``."""
+    (constant along the free axis), or a Python ``scalar``. Frozen: a lowering that learns more
+    about a value (a bound) makes a new one with ``dataclasses.replace``."""
 
-    kind: str
+    kind: ValueKind
     region: TileRegion | None = None
     scalar: float | int | bool | None = None
     #: an int64 value read from HBM: its high words (``region`` holds the low words); None when the
@@ -32,16 +49,41 @@ class TVal:
     #: a proven bound on |value| of an integer value (None: only its dtype's range is known)
     bound: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ValueKind(self.kind))
+
     @property
     def dtype(self) -> str:
         return self.region.dtype if self.region is not None else "float32"
 
     @staticmethod
     def const(v) -> "TVal":
-        return TVal("scalar", scalar=v)
+        return TVal(ValueKind.scalar, scalar=v)
+
+    @staticmethod
+    def full(region: TileRegion, hi: TileRegion | None = None, bound: int | None = None) -> "TVal":
+        return TVal(ValueKind.full, region, hi=hi, bound=bound)
+
+    @staticmethod
+    def row(region: TileRegion, hi: TileRegion | None = None, bound: int | None = None) -> "TVal":
+        return TVal(ValueKind.row, region, hi=hi, bound=bound)
 
 
-class KernelBuilder:
+class Emitter:
+    """The typed instruction methods (one per compute instruction of ``spec.INSTRS``, generated
+    below by ``_emitter``) over one ``add``: the kernel builder appends to its current block, a
+    scheduling wrapper may also price what it emits."""
+
+    def add(self, stmt: Stmt) -> None:
+        raise NotImplementedError
+
+    def memset(self, dst: TileRegion, value, engine: str = "vector") -> None:
+        """Fill ``dst`` with ``value`` spelled as a literal of its dtype (NKI matches literal types
+        strictly: a float into float tiles, an int into integer tiles)."""
+        self.add(Instr(Engine(engine), "memset", dst, {}, {"value": literal(value, dst.dtype)}))
+
+
+class KernelBuilder(Emitter):
     def __init__(self, name: str, target: Target) -> None:
         self.name = name
         self.target = target
@@ -109,23 +151,14 @@ class KernelBuilder:
                 pool.append(tile)
 
     # --- statements --------------------------------------------------------------------------
-    def instr(self, engine: str, opcode: str, dst: TileRegion,
-              srcs: dict[str, Operand] | None = None, **attrs) -> None:
-        self.add(Instr(engine, opcode, dst, dict(srcs or {}), dict(attrs)))
-
     def copy(self, engine: str, dst: TileRegion, src: TileRegion) -> None:
         """``dst = src`` (with a cast) on ``engine``. Where the instruction specification gives the
         target's engine no ``tensor_copy`` (the Scalar engine of NeuronCore-v2), the same copy is an
         identity ``activation``, so callers balance evictions across engines without naming a target."""
         if engine not in instr_spec("tensor_copy").engines[self.target.nc_version]:
-            self.instr("scalar", "activation", dst, {"data": src}, op="copy")
+            self.activation(dst, op="copy", data=src)
         else:
-            self.instr(engine, "tensor_copy", dst, {"src": src})
-
-    def memset(self, dst: TileRegion, value, engine: str = "vector") -> None:
-        """Fill ``dst`` with ``value`` spelled as a literal of its dtype (NKI matches literal types
-        strictly: a float into float tiles, an int into integer tiles)."""
-        self.instr(engine, "memset", dst, {}, value=literal(value, dst.dtype))
+            self.tensor_copy(dst, src=src, engine=engine)
 
     def dma(self, dst: HBMAccess | TileRegion, src: HBMAccess | TileRegion) -> None:
         self.add(Dma(dst, src))
@@ -133,6 +166,41 @@ class KernelBuilder:
     def finish(self) -> Kernel:
         return Kernel(self.name, list(self.params.values()), self.outputs, self.body,
                       self.provenance, self.plan)
+
+
+def instr_of(spec: InstrSpec, dst: TileRegion, engine: str | None = None, **keywords: Any) -> Instr:
+    """The ``Instr`` calling ``nisa.<spec.name>(dst, **keywords)`` on ``engine`` (default: the
+    specification's): tile keywords become ``srcs``, the rest ``attrs``, each in keyword order; a
+    keyword given as None is left out (the instruction's own default applies)."""
+    keywords = {k: v for k, v in keywords.items() if v is not None}
+    unknown = [k for k in keywords if k not in spec.keywords]
+    if unknown:
+        raise TypeError(f"nisa.{spec.name} has no keyword {unknown[0]!r} (it takes {', '.join(spec.keywords)})")
+    srcs = {k: keywords[k] for k in spec.keywords if k in keywords and k in spec.tiles}
+    attrs = {k: keywords[k] for k in spec.keywords if k in keywords and k not in spec.tiles}
+    return Instr(Engine(engine or spec.default_engine), spec.name, dst, srcs, attrs)
+
+
+def _emitter(spec: InstrSpec) -> Callable[..., None]:
+    """``KernelBuilder.<spec.name>(dst, *, <keywords>, engine=<default>)``: emit one instruction."""
+    def emit(self: Emitter, dst: TileRegion, /, *, engine: str | None = None, **keywords: Any) -> None:
+        self.add(instr_of(spec, dst, engine, **keywords))
+    kw = inspect.Parameter.KEYWORD_ONLY
+    emit.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+         inspect.Parameter("dst", inspect.Parameter.POSITIONAL_ONLY, annotation=TileRegion)]
+        + [inspect.Parameter(k, kw, default=None) for k in spec.keywords]
+        + [inspect.Parameter("engine", kw, default=Engine(spec.default_engine), annotation=Engine)],
+        return_annotation=None)
+    emit.__name__ = emit.__qualname__ = spec.name
+    emit.__doc__ = (f"Emit ``nisa.{spec.name}(dst, {', '.join(spec.keywords)})``; tile operands: "
+                    f"{', '.join(spec.tiles) or 'none'}; engines: {', '.join(spec.all_engines())}.")
+    return emit
+
+
+for _name in COMPUTE_INSTRS:
+    if _name not in vars(Emitter):  # ``memset`` keeps its literal-spelling wrapper
+        setattr(Emitter, _name, _emitter(INSTRS[_name]))
 
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")

@@ -21,10 +21,10 @@ import torch.fx as fx
 from ..ir import TileRegion
 from .along_axis import Chunk, Rows, walk_rows
 from .builder import KernelBuilder
-from .indexing import _arg, _fc, _norm_dim, copy_phase
+from .indexing import copy_phase, free_chunk_of, norm_dim
 from .regions import LRegion, output_region, source_region
 from .layout import word_scale
-from .registry import register_kernel
+from .registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 
@@ -34,7 +34,7 @@ def flip_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, dim: int, chunk: i
     length = dst.sizes[dim]
     C = max(1, min(length, chunk))
     idx = kb.tile((kb.target.partitions, C), "uint32", prefix="rev")
-    kb.instr("gpsimd", "iota", idx.full(), {}, pattern=[[-1, C]], offset=C - 1, channel_multiplier=0)
+    kb.iota(idx.full(), pattern=[[-1, C]], offset=C - 1, channel_multiplier=0)
     for w in range(word_scale(dst.dtype)):
         d, s = dst.word(w), src.word(w)
 
@@ -48,29 +48,28 @@ def flip_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, dim: int, chunk: i
             kb.dma(TileRegion(t, (0, C - ch.cols), (rw.rows, ch.cols)),
                    ch.access(1, start=length - ch.start - ch.cols))
             r = kb.tile((rw.tile_rows, C), hw, prefix="bwd").region(rw.rows, ch.cols)
-            kb.instr("gpsimd", "nc_n_gather", r, {"data": t.region(rw.rows, C),
-                                                  "indices": idx.region(rw.rows, ch.cols)})
+            kb.nc_n_gather(r, data=t.region(rw.rows, C), indices=idx.region(rw.rows, ch.cols))
             kb.dma(ch.access(0), r)
 
         walk_rows(kb, d.sizes, dim, [d, s], C, rows_body)
 
 
-@register_kernel(aten.flip.default)
-def lower_flip(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-               cfg) -> None:
+@register_lowering(aten.flip.default, kind="kernel")
+def lower_flip(ctx: KernelContext, x: fx.Node, dims: list[int]) -> None:
     """out = x.flip(dims)."""
-    xr = source_region(kb, sources[n.args[0]])
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
+    xr = source_region(kb, sources[x])
     out = output_region(out_tensors, out_meta, n)
     rank = len(xr.sizes)
-    dims = sorted({_norm_dim(d, rank) for d in _arg(n, 1, "dims")})
+    dims = sorted({norm_dim(d, rank) for d in dims})
     dims = [d for d in dims if xr.sizes[d] > 1]  # reversing one element is a copy
     kb.plan = f"flip dims {dims} with nc_n_gather"
     if not dims:
-        copy_phase(kb, out, xr, _fc(cfg))
+        copy_phase(kb, out, xr, free_chunk_of(cfg))
         return
     # the last flipped dim is reversed on chip; the others by walking the source backwards
     src = xr
     for d in dims[:-1]:
         src = replace(src, offset=src.offset + (src.sizes[d] - 1) * src.strides[d],
                       strides=tuple(-st if i == d else st for i, st in enumerate(src.strides)))
-    flip_phase(kb, out, src, dims[-1], _fc(cfg))
+    flip_phase(kb, out, src, dims[-1], free_chunk_of(cfg))

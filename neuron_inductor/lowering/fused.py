@@ -27,15 +27,16 @@ import torch.fx as fx
 from ..ir import HBMAccess, TileRegion
 from . import integers
 from .builder import KernelBuilder, TVal
-from .fused_ctx import LoopState, _Ctx
-from .fused_group import FusedGroup, Source, _restore, _snapshot, reduce_dims, sbuf_peak
+from .fused_ctx import FusedCtx, LoopState
+from .fused_group import FusedGroup, Source, builder_restore, builder_snapshot, reduce_dims, sbuf_peak
 from .fused_plan import plan_variants
 from .fused_tiling import TilePlan, plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
 from .loops import nest, tiles
 from .partition_ops import FLOATS, ColumnSums, broadcast_partitions
 from .pointwise import copy, scalar_op, tile_dtype
-from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS
+from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS, KernelContext, register_lowering
+from .transpose import tensor_transpose
 
 EXPAND = torch.ops.aten.expand.default
 
@@ -70,7 +71,7 @@ class FusedEmitter:
         self.hoisted: dict[tuple, TVal] = {}
         self.colsums: ColumnSums | None = None
         self.row_loop = "affine"
-        self.ctx = _Ctx(self)
+        self.ctx = FusedCtx(self)
 
     # --- expressions -------------------------------------------------------------------------
     def offset_expr(self, st: Sequence[int]) -> sympy.Expr:
@@ -246,10 +247,9 @@ class FusedEmitter:
                 kb.copy("vector", f.full(), acc.tile.full())  # (proven below 2**24) widen exactly
                 acc = TileRegion(f, acc.starts, acc.sizes)
             tpt = kb.tile((1, pmax), "float32", "psum", prefix="tp")
-            kb.instr("tensor", "nc_transpose", tpt.full(), {"data": acc})
+            tensor_transpose(kb, tpt.full(), acc)
             red = kb.tile((1, 1), "float32", prefix="red")
-            kb.instr("vector", "tensor_reduce", red.full(), {"data": tpt.full()}, op=op, axis=(1,),
-                     negate=False, keepdims=True)
+            kb.tensor_reduce(red.full(), data=tpt.full(), op=op, axis=(1,), negate=False, keepdims=True)
             self.vals[r] = _finish_reduction(self.ctx, self.tp, r, TVal("row", red.full()))
             if r in self.g.outputs:
                 self._store(r, self.vals[r])
@@ -375,12 +375,11 @@ class FusedEmitter:
             x = copy(self.ctx, x, "float32", "full")
         dt = "float32" if op == "add" else x.dtype
         part = self.ctx.new("row", dt)
-        self.kb.instr("vector", "tensor_reduce", part, {"data": x.region}, op=op, axis=(1,),
-                      negate=False, keepdims=True)
+        self.kb.tensor_reduce(part, data=x.region, op=op, axis=(1,), negate=False, keepdims=True)
         if self.tp.accumulate:
             acc = accs[n].region
             accr = TileRegion(acc.tile, acc.starts, (self.at.rows, 1))
-            self.kb.instr("vector", "tensor_tensor", accr, {"data1": accr, "data2": part}, op=op)
+            self.kb.tensor_tensor(accr, data1=accr, data2=part, op=op)
             return accs[n]
         return _finish_reduction(self.ctx, self.tp, n, TVal("row", part))
 
@@ -448,7 +447,7 @@ class FusedEmitter:
 
 
 
-def _finish_reduction(ctx: _Ctx, tp: TilePlan, r: fx.Node, v: TVal) -> TVal:
+def _finish_reduction(ctx: FusedCtx, tp: TilePlan, r: fx.Node, v: TVal) -> TVal:
     """A reduction's final value from its accumulated one (a mean divides the sum by its count)."""
     if r.target._overloadpacket is torch.ops.aten.mean:
         count = math.prod(tp.D0[a] for a in reduce_dims(r)[0])
@@ -480,12 +479,17 @@ def lower_fused(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBui
     """Emit the kernel body for ``group`` into ``kb``. ``out_tensors[n]`` are the HBM outputs."""
     *preferred, (last, kw) = plan_variants(group)
     for g, pkw in preferred:
-        snap = _snapshot(kb)
+        snap = builder_snapshot(kb)
         try:
             return _emit(g, sources, kb, out_tensors, out_meta, free_chunk, pkw)
         except LoweringError:
-            _restore(kb, snap)
+            builder_restore(kb, snap)
     _emit(last, sources, kb, out_tensors, out_meta, free_chunk, kw)
+
+
+@register_lowering("fused", kind="group")
+def lower_fused_group(ctx: KernelContext) -> None:
+    lower_fused(ctx.group, ctx.sources, ctx.builder, ctx.outputs, ctx.out_meta, ctx.config.free_chunk)
 
 
 def _emit(group: FusedGroup, sources, kb: KernelBuilder, out_tensors: dict, out_meta: dict,

@@ -31,7 +31,7 @@ class LoopState:
     cols: sympy.Expr = sympy.Integer(1)
 
 
-class _Ctx:
+class FusedCtx:
     """What a pointwise lowering sees: the builder, the current tile extents, allocation, iota."""
 
     def __init__(self, lower: Any) -> None:  # the fused emitter (fused.py) this context serves
@@ -68,5 +68,5 @@ class _Ctx:
         pat = [[int(step) * (st[tp.F] if kind == "full" else 0), at.cols if kind == "full" else 1]]
         offset = int(start) + int(step) * self.lw.offset_expr(st)
         cm = int(step) * st[tp.P] if tp.P is not None else 0
-        self.kb.instr("gpsimd", "iota", dst, {}, pattern=pat, offset=offset, channel_multiplier=cm)
+        self.kb.iota(dst, pattern=pat, offset=offset, channel_multiplier=cm)
         return TVal(kind, dst, bound=abs(int(start)) + abs(int(step)) * math.prod(tp.D0))

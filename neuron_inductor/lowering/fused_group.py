@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy as copy_module
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import torch
 import torch.fx as fx
@@ -16,23 +17,85 @@ from ..ir import Alloc, Loop, TensorMeta
 from .builder import KernelBuilder
 
 
-@dataclass(eq=False)
-class Group:
-    """A kernel group. ``kind``: 'fused' (pointwise and reductions), 'matmul' (with its epilogue),
-    'kernel' (an op with its own kernel) or 'fallback' (``reason`` says why)."""
+class GroupKind(StrEnum):
+    """'fused' (pointwise and reductions), 'matmul' (with its epilogue), 'kernel' (an op with its
+    own kernel), 'multi' (independent groups launched as one kernel) or 'fallback' (eager ATen)."""
 
-    nodes: list[fx.Node]          # topological order; views inside are order-preserving
-    outputs: list[fx.Node]        # values needed outside the group
+    fused = "fused"
+    matmul = "matmul"
+    kernel = "kernel"
+    multi = "multi"
+    fallback = "fallback"
+
+
+@dataclass(frozen=True, eq=False)
+class Group:
+    """A kernel group, as the partitioner hands it to lowering: frozen, its node lists tuples.
+    Built by the named constructors (``Group.fused``, ``.matmul``, ``.kernel``, ``.fallback``,
+    ``.multi``) or by freezing the partitioner's working ``GroupDraft``."""
+
+    nodes: tuple[fx.Node, ...]    # topological order; views inside are order-preserving
+    outputs: tuple[fx.Node, ...]  # values needed outside the group
     domain: tuple[int, ...]
     reduce_axes: frozenset[int] = frozenset()
-    kind: str = "fused"
+    kind: GroupKind = GroupKind.fused
     name: str = ""
     #: axes summed over partitions (across row tiles) beside the free-axis ``reduce_axes``
     col_axes: frozenset[int] = frozenset()
     reason: str = ""
-    members: set = field(default_factory=set)
+    members: frozenset = frozenset()
     #: groups folded into this one, kept as they were so lowering can fall back to them
+    parts: tuple["Group", ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, conv in (("nodes", tuple), ("outputs", tuple), ("domain", tuple), ("parts", tuple),
+                           ("reduce_axes", frozenset), ("col_axes", frozenset), ("members", frozenset),
+                           ("kind", GroupKind)):
+            object.__setattr__(self, name, conv(getattr(self, name)))
+
+    @staticmethod
+    def fused(nodes, outputs, domain, reduce_axes=frozenset(), col_axes=frozenset(), members=None) -> "Group":
+        return Group(nodes, outputs, domain, reduce_axes, GroupKind.fused, col_axes=col_axes,
+                     members=frozenset(nodes) if members is None else members)
+
+    @staticmethod
+    def matmul(nodes, outputs, domain) -> "Group":
+        return Group(nodes, outputs, domain, kind=GroupKind.matmul, members=frozenset(nodes))
+
+    @staticmethod
+    def kernel(nodes, outputs) -> "Group":
+        return Group(nodes, outputs, (), kind=GroupKind.kernel, members=frozenset(nodes))
+
+    @staticmethod
+    def fallback(nodes, outputs, reason: str) -> "Group":
+        return Group(nodes, outputs, (), kind=GroupKind.fallback, reason=reason, members=frozenset(nodes))
+
+    @staticmethod
+    def multi(parts) -> "Group":
+        nodes = [n for p in parts for n in p.nodes]
+        return Group(nodes, [o for p in parts for o in p.outputs], (), kind=GroupKind.multi, parts=parts,
+                     members=frozenset(nodes))
+
+
+@dataclass(eq=False)
+class GroupDraft:
+    """The partitioner's working record of a group while it grows (same fields as ``Group``);
+    ``freeze`` makes the ``Group`` lowering reads."""
+
+    nodes: list[fx.Node]
+    outputs: list[fx.Node]
+    domain: tuple[int, ...]
+    reduce_axes: frozenset[int] = frozenset()
+    kind: str = "fused"
+    name: str = ""
+    col_axes: frozenset[int] = frozenset()
+    reason: str = ""
+    members: set = field(default_factory=set)
     parts: list = field(default_factory=list)
+
+    def freeze(self) -> Group:
+        return Group(self.nodes, self.outputs, self.domain, self.reduce_axes, self.kind, self.name,
+                     self.col_axes, self.reason, self.members, tuple(p.freeze() for p in self.parts))
 
 
 #: the name kernel lowerings use for the group they are handed
@@ -94,14 +157,14 @@ def sbuf_peak(body: list) -> int:
     return own + max([sbuf_peak(s.body) for s in body if isinstance(s, Loop)], default=0)
 
 
-def _snapshot(kb: KernelBuilder) -> tuple:
+def builder_snapshot(kb: KernelBuilder) -> tuple:
     """The builder's state, taken in the block being emitted (the kernel's body, or the scope of one
     part of a multi-part kernel)."""
     return (copy_module.deepcopy(kb.names), dict(kb.params), list(kb.outputs), list(kb._blocks[-1]),
             kb.plan, len(kb._blocks))
 
 
-def _restore(kb: KernelBuilder, snap: tuple) -> None:
+def builder_restore(kb: KernelBuilder, snap: tuple) -> None:
     kb.names, kb.params, kb.outputs, body, kb.plan, depth = snap
     del kb._blocks[depth:], kb._pools[depth:]
     kb._blocks[-1][:] = body

@@ -19,12 +19,12 @@ def plan_variants(group: FusedGroup) -> list[tuple[FusedGroup, dict]]:
     common refinement of their members' shapes, so views that split an axis need no copy."""
     out: list[tuple[FusedGroup, dict]] = []
     R0 = frozenset(group.reduce_axes)
-    if R0 and 0 not in group.domain and not getattr(group, "col_axes", None) \
+    if R0 and 0 not in group.domain and not group.col_axes \
             and last_axis(group.domain) not in R0 and col_pair(group.domain, frozenset(), R0) \
             and all(REDUCTIONS[n.target][0] == "add" and n.meta["val"].dtype.is_floating_point
                     for n in group.nodes if n.target in REDUCTIONS):
         out.append((group, dict(R0=set(), C0=set(R0))))
-    if not group.reduce_axes and not getattr(group, "col_axes", ()):
+    if not group.reduce_axes and not group.col_axes:
         fine = refine_domain(group.domain, [n.meta["val"].shape for n in group.nodes
                                             if isinstance(n.meta.get("val"), torch.Tensor)])
         if fine != list(group.domain):

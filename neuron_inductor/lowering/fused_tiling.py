@@ -171,7 +171,7 @@ class _Planner:
         self.empty = 0 in group.domain
         D = [max(int(s), 1) for s in group.domain]
         R = set(group.reduce_axes) if R0 is None else set(R0)
-        C = set(getattr(group, "col_axes", ())) if C0 is None else set(C0)
+        C = set(group.col_axes) if C0 is None else set(C0)
         self.D0, self.R0, self.C0 = D, R, C
         reds = [n for n in group.nodes if n.target in REDUCTIONS]
         self.col_reds = [n for n in reds if C and set(reduce_dims(n)[0]) == C]

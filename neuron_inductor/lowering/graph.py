@@ -20,11 +20,10 @@ from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMe
 from ..ir.program import RngKey
 from ..target import Target, get_target
 from .builder import KernelBuilder
-from .fused import Source, lower_fused
+from .fused import Source
 from .groups import Group, unmerge, val, view_root
 from .layout import LoweringError, hw_dtype, meta_of, torch_dtype_name, word_scale
-from .matmul_multi import lower_matmul_multi, mm_anchors
-from .matmul_rows import lower_matmul_rows
+from .matmul_multi import mm_anchors
 from .registry import KERNELS, VIEWS, KernelContext, find_lowering, takes_epilogue
 from .user_kernel import emit_user_kernel, is_user_kernel_node
 
@@ -138,9 +137,7 @@ class GraphLowering:
         root = view_root(a)
         src = self.source(a)
         name = self._fresh("v")
-        self.program.steps.append(View(name, self.host[root], TensorMeta(
-            src.meta.size, src.meta.stride, src.meta.storage_offset + self.host_meta[root].storage_offset,
-            src.meta.dtype)))
+        self.program.steps.append(View(name, self.host[root], src.meta))  # offset relative to root's
         self.host[a] = name
         return name
 
@@ -225,16 +222,12 @@ class GraphLowering:
         from .registry import REDUCTIONS
         if n.target in REDUCTIONS:
             dims, _ = reduce_dims(n)
-            g = Group([n], [], tuple(val(n.args[0]).shape), frozenset(dims), "fused")
-        elif takes_epilogue(n.target):
-            g = Group([n], [], tuple(val(n).shape), frozenset(), "matmul")
-        elif n.target in KERNELS:
-            g = Group([n], [], (), frozenset(), "kernel")
-        else:
-            g = Group([n], [], tuple(val(n).shape), frozenset(), "fused")
-        g.members = {n}
-        g.outputs = [n]
-        return g
+            return Group.fused([n], [n], tuple(val(n.args[0]).shape), frozenset(dims))
+        if takes_epilogue(n.target):
+            return Group.matmul([n], [n], tuple(val(n).shape))
+        if n.target in KERNELS:
+            return Group.kernel([n], [n])
+        return Group.fused([n], [n], tuple(val(n).shape))
 
     # --- kernels -----------------------------------------------------------------------------
     def emit_kernel(self, g: Group) -> None:
@@ -297,15 +290,16 @@ class GraphLowering:
         if g.kind == "fused":
             if any(math_numel(val(n)) == 0 for n in g.nodes if isinstance(val(n), torch.Tensor)):
                 raise LoweringError("empty iteration domain")
-            lower_fused(g, sources, kb, out_tensors, out_meta, self.cfg.free_chunk)
+            key = "fused"
         elif g.kind == "matmul" and len(mm_anchors(g)) > 1:  # sibling GEMMs sharing an epilogue
-            lower_matmul_multi(g, sources, kb, out_tensors, out_meta, self.cfg)
+            key = "matmul_multi"
         elif g.kind == "matmul" and g.reduce_axes:  # a GEMM inside a row-reducing fused kernel
-            lower_matmul_rows(g, sources, kb, out_tensors, out_meta, self.cfg)
-        else:  # a kernel of its own, or one with an epilogue (matmul): through the registry
-            n = next(m for m in g.nodes if m.target in KERNELS)
-            find_lowering(n.target).lower(
-                KernelContext(n, g, sources, out_tensors, out_meta, kb, self.cfg, self.target))
+            key = "matmul_rows"
+        else:  # a kernel of its own, or one with an epilogue (matmul)
+            key = None
+        n = g.nodes[0] if key else next(m for m in g.nodes if m.target in KERNELS)
+        find_lowering(key or n.target).lower(
+            KernelContext(n, g, sources, out_tensors, out_meta, kb, self.cfg, self.target))
         return outs, results, out_meta
 
     def _launch(self, kb: KernelBuilder, parts: list) -> None:

@@ -7,11 +7,13 @@ needs nothing from the graph stage.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 import torch
 import torch.fx as fx
 
-from .fused_group import Group, last_axis, reduce_dims
+from .fused_group import Group, GroupDraft, GroupKind, last_axis, reduce_dims  # noqa: F401 - re-exported
 from .registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS
 
 aten = torch.ops.aten
@@ -74,12 +76,12 @@ def unmerge(g: Group) -> list[Group]:
     if not g.parts:
         return [g]
     taken = {n for p in g.parts for n in p.nodes}
-    own = Group([n for n in g.nodes if n not in taken], [], g.domain, kind=g.kind)
-    own.reduce_axes, own.col_axes = axes_of(own.nodes, g.domain)
+    own_nodes = [n for n in g.nodes if n not in taken]
+    row, col = axes_of(own_nodes, g.domain)
+    own = Group(own_nodes, (), g.domain, row, g.kind, col_axes=col)
     parts = [p for p in [own] + list(g.parts) if p.nodes]
-    for p in parts:
-        p.members = set(p.nodes)
-        p.outputs = group_outputs(p)
+    parts = [replace(p, members=frozenset(p.nodes)) for p in parts]
+    parts = [replace(p, outputs=group_outputs(p)) for p in parts]
     where = {n: i for i, p in enumerate(parts) for n in p.nodes}
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(parts)))

@@ -26,7 +26,8 @@ from .builder import KernelBuilder
 from .layout import hw_dtype, word_scale
 from .loops import merge, nest, offsets, tiles
 from .regions import It, LRegion, output_region, phase_tile, source_region, walk_regions
-from .registry import register_kernel
+from .registry import KernelContext, register_lowering
+from ..spec import AluOp
 
 aten = torch.ops.aten
 
@@ -36,8 +37,7 @@ aten = torch.ops.aten
 def _sign_word(kb: KernelBuilder, src: TileRegion, it: It, free_chunk: int) -> TileRegion:
     """The high word of an int64 whose low word is ``src``: 0 or -1."""
     hi = phase_tile(kb, it, "int32", free_chunk, "hi").region(it.rows, it.cols)
-    kb.instr("vector", "tensor_scalar", hi, {"data": src, "operand0": 0.0, "operand1": -1.0},
-             op0="less", op1="multiply")
+    kb.tensor_scalar(hi, data=src, operand0=0.0, operand1=-1.0, op0=AluOp.less, op1=AluOp.multiply)
     return hi
 
 
@@ -75,7 +75,7 @@ def copy_phase(kb: KernelBuilder, dst: LRegion, src: LRegion, free_chunk: int) -
         if dst.dtype == "bool":
             b = phase_tile(kb, it, "uint8", free_chunk, "b")
             breg = b.region(it.rows, it.cols)
-            kb.instr("vector", "tensor_scalar", breg, {"data": reg, "operand0": 0.0}, op0="not_equal")
+            kb.tensor_scalar(breg, data=reg, operand0=0.0, op0=AluOp.not_equal)
             kb.dma(it.access(0, lo), breg)
             kb.release(b)
         else:
@@ -107,7 +107,7 @@ def fill_phase(kb: KernelBuilder, dst: LRegion, value: Any, free_chunk: int) -> 
         def body(it: It, region=region, v=v) -> None:
             t = phase_tile(kb, it, region.tensor.dtype, free_chunk, "fill")
             reg = t.region(it.rows, it.cols)
-            kb.instr("vector", "memset", reg, {}, value=v)
+            kb.memset(reg, value=v)
             kb.dma(it.access(0, region), reg)
             kb.release(t)
         walk_regions(kb, region.sizes, [region], free_chunk, body)
@@ -218,10 +218,9 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
             kb.dma(rreg, src)
             neg = kb.tile(shape, "int32", prefix="neg")
             nreg = neg.region(rows, 1)
-            kb.instr("vector", "tensor_scalar", nreg, {"data": rreg, "operand0": 0.0,
-                                                       "operand1": float(dim_size)},
-                     op0="less", op1="multiply")
-            kb.instr("vector", "tensor_tensor", ind, {"data1": rreg, "data2": nreg}, op="add")
+            kb.tensor_scalar(nreg, data=rreg, operand0=0.0, operand1=float(dim_size), op0=AluOp.less,
+                             op1=AluOp.multiply)
+            kb.tensor_tensor(ind, data1=rreg, data2=nreg, op=AluOp.add)
             kb.release(neg)
             kb.release(raw)
         else:
@@ -237,43 +236,43 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
 
 # ----------------------------------------------------------------------------------------- helpers
 
-def _norm_dim(dim: int, rank: int) -> int:
+def norm_dim(dim: int, rank: int) -> int:
     r = max(rank, 1)
     if not -r <= dim < r:
         raise NotImplementedError(f"dim {dim} out of range for rank {rank}")
     return dim % r
 
 
-def _arg(n: fx.Node, i: int, name: str, default: Any = None) -> Any:
+def node_arg(n: fx.Node, i: int, name: str, default: Any = None) -> Any:
     if len(n.args) > i:
         return n.args[i]
     return n.kwargs.get(name, default)
 
 
-def _fc(cfg) -> int:
+def free_chunk_of(cfg) -> int:
     return int(getattr(cfg, "free_chunk", 2048) or 2048)
 
 
 # ----------------------------------------------------------------------------------------- lowerings
 
-@register_kernel(aten.embedding.default)
-def lower_embedding(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                    cfg) -> None:
+@register_lowering(aten.embedding.default, kind="kernel")
+def lower_embedding(ctx: KernelContext, *args) -> None:
     """out[i.., :] = weight[indices[i..], :] as an indirect row gather."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     weight, indices = n.args[0], n.args[1]
     w = source_region(kb, sources[weight])
     if len(w.sizes) != 2:
         raise NotImplementedError("embedding weight must be 2-D")
     idx = source_region(kb, sources[indices])
     out = output_region(out_tensors, out_meta, n)
-    indirect_phase(kb, gather=True, table=w, dim=0, index=idx, direct=out, free_chunk=_fc(cfg))
+    indirect_phase(kb, gather=True, table=w, dim=0, index=idx, direct=out, free_chunk=free_chunk_of(cfg))
 
 
-@register_kernel(aten.index_select.default)
-def lower_index_select(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                       cfg) -> None:
+@register_lowering(aten.index_select.default, kind="kernel")
+def lower_index_select(ctx: KernelContext, *args) -> None:
     """out = x.index_select(dim, index): an indirect gather along ``dim`` (index positions on
     partitions, the other dims of ``x`` as loops and free axis)."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     x, dim, index = n.args[0], n.args[1], n.args[2]
     xr = source_region(kb, sources[x])
     ir = source_region(kb, sources[index])
@@ -281,28 +280,28 @@ def lower_index_select(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors
     if not xr.sizes:  # 0-dim x: index_select behaves like a 1-element 1-D tensor
         xr = replace(xr, sizes=(1,), strides=(1,))
         out = replace(out, sizes=(1,) * max(len(ir.sizes), 1), strides=(1,) * max(len(ir.sizes), 1))
-    d = _norm_dim(dim, len(xr.sizes))
+    d = norm_dim(dim, len(xr.sizes))
     if len(ir.sizes) == 0:
         ir = replace(ir, sizes=(1,), strides=(1,))
     if len(out.sizes) != len(xr.sizes):
         raise NotImplementedError("index_select output rank differs from its input")
-    indirect_phase(kb, gather=True, table=xr, dim=d, index=ir, direct=out, free_chunk=_fc(cfg))
+    indirect_phase(kb, gather=True, table=xr, dim=d, index=ir, direct=out, free_chunk=free_chunk_of(cfg))
 
 
-@register_kernel(aten.cat.default)
-def lower_cat(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-              cfg) -> None:
+@register_lowering(aten.cat.default, kind="kernel")
+def lower_cat(ctx: KernelContext, *args) -> None:
     """One copy phase per input into its slab of the output."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     tensors = n.args[0]
     out = output_region(out_tensors, out_meta, n)
-    d = _norm_dim(_arg(n, 1, "dim", 0), len(out.sizes))
+    d = norm_dim(node_arg(n, 1, "dim", 0), len(out.sizes))
     start = 0
     for t in tensors:
         v = t.meta["val"]
         if v.numel() == 0:
             continue  # includes legacy 1-D empty tensors, which cat skips
         length = int(v.shape[d])
-        copy_phase(kb, out.narrow(d, start, length), source_region(kb, sources[t]), _fc(cfg))
+        copy_phase(kb, out.narrow(d, start, length), source_region(kb, sources[t]), free_chunk_of(cfg))
         start += length
     if start != out.sizes[d]:
         raise NotImplementedError(f"cat pieces cover {start} of {out.sizes[d]} along dim {d}")
@@ -314,52 +313,52 @@ def _slice_range(size: int, start, end, step: int) -> tuple[int, int]:
     return (r.start if len(r) else 0), len(r)
 
 
-@register_kernel(aten.slice_scatter.default)
-def lower_slice_scatter(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                        cfg) -> None:
+@register_lowering(aten.slice_scatter.default, kind="kernel")
+def lower_slice_scatter(ctx: KernelContext, *args) -> None:
     """out = base; out[.., start:end:step, ..] = src (two ordered copy phases)."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     base, src = n.args[0], n.args[1]
     out = output_region(out_tensors, out_meta, n)
-    d = _norm_dim(_arg(n, 2, "dim", 0), len(out.sizes))
-    step = _arg(n, 5, "step", 1) or 1
+    d = norm_dim(node_arg(n, 2, "dim", 0), len(out.sizes))
+    step = node_arg(n, 5, "step", 1) or 1
     if step < 1:
         raise NotImplementedError("slice_scatter with a non-positive step")
-    first, count = _slice_range(out.sizes[d], _arg(n, 3, "start"), _arg(n, 4, "end"), step)
-    fc = _fc(cfg)
+    first, count = _slice_range(out.sizes[d], node_arg(n, 3, "start"), node_arg(n, 4, "end"), step)
+    fc = free_chunk_of(cfg)
     copy_phase(kb, out, source_region(kb, sources[base]), fc)
     copy_phase(kb, out.narrow(d, first, count, step), source_region(kb, sources[src]), fc)
 
 
-@register_kernel(aten.select_scatter.default)
-def lower_select_scatter(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                         cfg) -> None:
+@register_lowering(aten.select_scatter.default, kind="kernel")
+def lower_select_scatter(ctx: KernelContext, *args) -> None:
     """out = base; out.select(dim, index) = src."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     base, src, dim, index = n.args[0], n.args[1], n.args[2], n.args[3]
     out = output_region(out_tensors, out_meta, n)
-    d = _norm_dim(dim, len(out.sizes))
+    d = norm_dim(dim, len(out.sizes))
     size = out.sizes[d]
     if not -size <= index < size:
         raise NotImplementedError(f"select_scatter index {index} out of range for size {size}")
-    fc = _fc(cfg)
+    fc = free_chunk_of(cfg)
     copy_phase(kb, out, source_region(kb, sources[base]), fc)
     copy_phase(kb, out.select(d, index % size), source_region(kb, sources[src]), fc)
 
 
-@register_kernel(aten.constant_pad_nd.default)
-def lower_constant_pad(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                       cfg) -> None:
+@register_lowering(aten.constant_pad_nd.default, kind="kernel")
+def lower_constant_pad(ctx: KernelContext, *args) -> None:
     """Fill the output with ``value`` (only if some pad is positive), then copy the kept part of the
     input into its window. Negative pads crop."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     x = n.args[0]
-    pad = list(_arg(n, 1, "pad"))
-    value = _arg(n, 2, "value", 0)
+    pad = list(node_arg(n, 1, "pad"))
+    value = node_arg(n, 2, "value", 0)
     value = 0 if value is None else value
     xr = source_region(kb, sources[x])
     out = output_region(out_tensors, out_meta, n)
     rank = len(xr.sizes)
     if len(pad) % 2 or len(pad) // 2 > rank:
         raise NotImplementedError(f"pad {pad} for rank {rank}")
-    fc = _fc(cfg)
+    fc = free_chunk_of(cfg)
     src, dst = xr, out
     for i in range(len(pad) // 2):
         d = rank - 1 - i
@@ -377,7 +376,7 @@ def lower_constant_pad(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors
 
 
 def _index_spec(n: fx.Node, rank: int) -> tuple[int, fx.Node]:
-    indices = list(_arg(n, 1, "indices"))
+    indices = list(node_arg(n, 1, "indices"))
     real = [(i, a) for i, a in enumerate(indices) if a is not None]
     if len(real) != 1:
         raise NotImplementedError("index_put with other than exactly one index tensor")
@@ -390,20 +389,20 @@ def _index_spec(n: fx.Node, rank: int) -> tuple[int, fx.Node]:
     return d, idx
 
 
-@register_kernel(aten.index_put.default)
-def lower_index_put(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                    cfg) -> None:
+@register_lowering(aten.index_put.default, kind="kernel")
+def lower_index_put(ctx: KernelContext, *args) -> None:
     """out = x; out[.., idx, ..] = values: a copy phase then an indirect row scatter (the static
     KV-cache update). Negative indices wrap as in torch."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     x, values = n.args[0], n.args[2]
-    if _arg(n, 3, "accumulate", False):
+    if node_arg(n, 3, "accumulate", False):
         raise NotImplementedError("index_put with accumulate=True (duplicate rows must add)")
     xr = source_region(kb, sources[x])
     d, idx = _index_spec(n, len(xr.sizes))
     ir = source_region(kb, sources[idx])
     vr = source_region(kb, sources[values])
     out = output_region(out_tensors, out_meta, n)
-    fc = _fc(cfg)
+    fc = free_chunk_of(cfg)
     copy_phase(kb, out, xr, fc)
     if ir.numel == 0:
         return
@@ -415,10 +414,10 @@ def lower_index_put(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: d
                    wrap_negative=True)
 
 
-@register_kernel(aten.copy.default)
-def lower_copy(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-               cfg) -> None:
+@register_lowering(aten.copy.default, kind="kernel")
+def lower_copy(ctx: KernelContext, *args) -> None:
     """Functional copy: out (dst's shape and dtype) = src broadcast and cast."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     src = n.args[1]
     out = output_region(out_tensors, out_meta, n)
-    copy_phase(kb, out, source_region(kb, sources[src]), _fc(cfg))
+    copy_phase(kb, out, source_region(kb, sources[src]), free_chunk_of(cfg))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..ir import Tile, TileRegion
 from .builder import KernelBuilder, ceil_div
+from ..spec import AluOp
 
 FLOATS = ("float32", "bfloat16", "float16")
 
@@ -77,15 +78,12 @@ class ColumnSums:
             w = self._width(j)
             mov = TileRegion(x.tile, (r0, c0 + j * self.bw), (rows, w))
             if self.in_psum:
-                self.kb.instr("tensor", "nc_matmul", self.acc[key][j].region(1, w),
-                              {"stationary": ones, "moving": mov}, accumulate=later)
+                self.kb.nc_matmul(self.acc[key][j].region(1, w), stationary=ones, moving=mov, accumulate=later)
                 continue
             part = self.kb.tile((1, self.bw), "float32", "psum", prefix="colpart")
-            self.kb.instr("tensor", "nc_matmul", part.region(1, w), {"stationary": ones, "moving": mov},
-                          accumulate=False)
+            self.kb.nc_matmul(part.region(1, w), stationary=ones, moving=mov, accumulate=False)
             acc = TileRegion(self.acc[key], (0, j * self.bw), (1, w))
-            self.kb.instr("vector", "tensor_tensor", acc, {"data1": acc, "data2": part.region(1, w)},
-                          op="add")
+            self.kb.tensor_tensor(acc, data1=acc, data2=part.region(1, w), op=AluOp.add)
             self.kb.release(part)
 
     def result(self, key) -> TileRegion:
@@ -95,8 +93,7 @@ class ColumnSums:
         t = self.kb.tile((1, self.fsize), "float32", prefix="colres")
         for j, b in enumerate(self.acc[key]):
             w = self._width(j)
-            self.kb.instr("vector", "tensor_copy", TileRegion(t, (0, j * self.bw), (1, w)),
-                          {"src": b.region(1, w)})
+            self.kb.tensor_copy(TileRegion(t, (0, j * self.bw), (1, w)), src=b.region(1, w))
         return t.region(1, self.fsize)
 
 
@@ -109,10 +106,7 @@ def broadcast_partitions(kb: KernelBuilder, row: TileRegion, cols: int, scratch:
     bw = bank_cols(kb)
     for j in range(ceil_div(cols, bw)):
         w = min(bw, cols - j * bw)
-        kb.instr("tensor", "nc_matmul", scratch.region(PMAX, w),
-                 {"stationary": ones.region(1, PMAX),
-                  "moving": TileRegion(row.tile, (row.starts[0], row.starts[1] + j * bw), (1, w))},
-                 accumulate=False)
-        kb.instr("vector", "tensor_copy", TileRegion(dst, (0, j * bw), (PMAX, w)),
-                 {"src": scratch.region(PMAX, w)})
+        kb.nc_matmul(scratch.region(PMAX, w), stationary=ones.region(1, PMAX),
+                     moving=TileRegion(row.tile, (row.starts[0], row.starts[1] + j * bw), (1, w)), accumulate=False)
+        kb.tensor_copy(TileRegion(dst, (0, j * bw), (PMAX, w)), src=scratch.region(PMAX, w))
     return dst

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import replace
 
 import torch
 
-from . import act_range, integers
+from . import act_range, float_to_int, integers
 from ..ir import TileRegion
+from ..spec import AluOp
 from ..spec.instrs import PREDICATE_DTYPES
 from .builder import FLOAT_DTYPES, TVal
-from .registry import REDUCTIONS, register_pointwise
+from .engine_balance import charge, scale_on_scalar
+from .registry import REDUCTIONS, register_lowering
 
 aten = torch.ops.aten
 
@@ -68,7 +71,7 @@ def _spread(ctx, v: TVal, kind: str) -> TVal:
         ctx.kb.memset(t, float(v.scalar))
     else:
         ctx.kb.memset(t, 0.0)
-        ctx.kb.instr("vector", "tensor_scalar", t, {"data": t, "operand0": _f32_row(ctx, v)}, op0="add")
+        ctx.kb.tensor_scalar(t, data=t, operand0=_f32_row(ctx, v), op0=AluOp.add)
     return TVal(kind, t)
 
 
@@ -99,21 +102,25 @@ def binary(ctx, op: str, a: TVal, b: TVal, dtype: str, out: torch.dtype | None =
     dst = ctx.new(kind, dtype)
     # power runs on GpSimd (tensor_tensor docstring); every other ALU op here on VectorE
     engine = "gpsimd" if op == "power" else "vector"
+    if engine == "vector" and scale_on_scalar(ctx, op, a, b, kind, dtype):
+        t, c = (a, b.scalar) if a.kind == "full" else (b, a.scalar)
+        ctx.kb.activation(dst, data=t.region, scale=float(c), op="copy", engine="scalar")
+        return TVal(kind, dst)
+    charge(ctx, "vector", 2 if a.kind == b.kind and dtype != "bfloat16" else 1)
     if a.kind == b.kind:
-        ctx.kb.instr(engine, "tensor_tensor", dst, {"data1": a.region, "data2": b.region}, op=op)
+        ctx.kb.tensor_tensor(dst, data1=a.region, data2=b.region, op=op, engine=engine)
     elif a.kind == kind:   # tile op (row|scalar)
         other = _f32_row(ctx, b) if b.kind == "row" else _imm(op, b.scalar)
-        ctx.kb.instr(engine, "tensor_scalar", dst, {"data": a.region, "operand0": other}, op0=op)
+        ctx.kb.tensor_scalar(dst, data=a.region, op0=op, operand0=other, engine=engine)
     else:                  # (row|scalar) op tile
         other = _f32_row(ctx, a) if a.kind == "row" else _imm(op, a.scalar)
-        ctx.kb.instr(engine, "tensor_scalar", dst, {"data": b.region, "operand0": other}, op0=op,
-                     reverse0=True)
+        ctx.kb.tensor_scalar(dst, data=b.region, op0=op, operand0=other, reverse0=True, engine=engine)
     r = TVal(kind, dst)
     if op in _COMPARE or op.startswith("logical_"):
-        r.bound = 1
+        r = replace(r, bound=1)
     elif op in ("maximum", "minimum") and integers.is_int(a) and integers.is_int(b) \
             and None not in (integers.bound(a), integers.bound(b)):
-        r.bound = max(integers.bound(a), integers.bound(b))  # |max(a, b)| <= max(|a|, |b|)
+        r = replace(r, bound=max(integers.bound(a), integers.bound(b)))  # |max(a, b)| <= max(|a|, |b|)
     return r
 
 
@@ -123,7 +130,8 @@ def unary(ctx, func: str, a: TVal, dtype: str, scale: float = 1.0, py=None) -> T
             raise NotImplementedError(func)
         return TVal.const(py(a.scalar))
     dst = ctx.new(a.kind, dtype)
-    ctx.kb.instr("scalar", "activation", dst, {"data": a.region}, op=func, scale=scale)
+    charge(ctx, "scalar", 1)
+    ctx.kb.activation(dst, data=a.region, op=func, scale=scale)
     return TVal(a.kind, dst)
 
 
@@ -144,12 +152,8 @@ def scalar_op(ctx, a: TVal, op0: str, v0, dtype: str, op1: str | None = None, v1
         r = _PY[op0](a.scalar, v0)
         return TVal.const(_PY[op1](r, v1) if op1 else r)
     dst = ctx.new(a.kind, dtype)
-    attrs = {"op0": op0}
-    srcs = {"data": a.region, "operand0": _imm(op0, v0)}
-    if op1:
-        attrs["op1"] = op1
-        srcs["operand1"] = _imm(op1, v1)
-    ctx.kb.instr("vector", "tensor_scalar", dst, srcs, **attrs)
+    ctx.kb.tensor_scalar(dst, data=a.region, op0=op0, operand0=_imm(op0, v0), op1=op1 or None,
+                         operand1=_imm(op1, v1) if op1 else None)
     return TVal(a.kind, dst)
 
 
@@ -165,8 +169,7 @@ def copy(ctx, a: TVal, dtype: str, kind: str | None = None) -> TVal:
         ctx.kb.copy("vector", dst, a.region)
     elif dtype in FLOAT_DTYPES:  # row -> full: 0.0 + row (an fp32 per-partition operand)
         ctx.kb.memset(dst, 0.0)
-        ctx.kb.instr("vector", "tensor_scalar", dst, {"data": dst, "operand0": _f32_row(ctx, a)},
-                     op0="add")
+        ctx.kb.tensor_scalar(dst, data=dst, operand0=_f32_row(ctx, a), op0=AluOp.add)
     else:  # integers: 0 | row, bit-exact, then a cast if narrower
         ctx.kb.copy("vector", dst, integers.as_int32(ctx, a, kind))
     hi = None
@@ -230,10 +233,10 @@ for _ops, _name in [((aten.add,), "add"), ((aten.sub,), "subtract"), ((aten.mul,
                     ((aten.ge,), "greater_equal"), ((aten.lt,), "less"), ((aten.le,), "less_equal"),
                     ((aten.logical_and,), "logical_and"), ((aten.logical_or,), "logical_or"),
                     ((aten.logical_xor,), "logical_xor")]:
-    register_pointwise(*_ops)(_bin(_name))
+    register_lowering(*_ops, kind="pointwise")(_bin(_name))
 
 
-@register_pointwise(aten.div.Tensor, aten.div.Scalar)
+@register_lowering(aten.div.Tensor, aten.div.Scalar, kind="pointwise")
 def _div(ctx, node, a, b):
     """a / b = a * (1 / b): ``divide`` is no ALU operator; the reciprocal is the VectorE unary
     ALU op (more precise than ScalarE's, and defined on every input)."""
@@ -243,7 +246,7 @@ def _div(ctx, node, a, b):
             return TVal.const(a.scalar / b.scalar)
         return scalar_op(ctx, a, "multiply", _reciprocal_const(b.scalar), dt)
     rb = ctx.new(b.kind, "float32")
-    ctx.kb.instr("vector", "tensor_scalar", rb, {"data": b.region, "operand0": 0.0}, op0="reciprocal")
+    ctx.kb.tensor_scalar(rb, data=b.region, operand0=0.0, op0=AluOp.reciprocal)
     return binary(ctx, "multiply", a, TVal(b.kind, rb), dt)
 
 
@@ -254,19 +257,19 @@ def _reciprocal_const(x) -> float:
     return 1.0 / x
 
 
-@register_pointwise(aten.reciprocal.default)
+@register_lowering(aten.reciprocal.default, kind="pointwise")
 def _recip(ctx, node, a):
     """1 / a on VectorE: more precise than ScalarE's reciprocal, whose valid input range is
     +-[2**-42, 2**42] (nki.api.shared ``tbl-act-func``)."""
     if a.kind == "scalar":
         return TVal.const(_reciprocal_const(a.scalar))
     dst = ctx.new(a.kind, tile_dtype(node.meta["val"]))
-    ctx.kb.instr("vector", "tensor_scalar", dst, {"data": a.region, "operand0": 0.0}, op0="reciprocal")
+    ctx.kb.tensor_scalar(dst, data=a.region, operand0=0.0, op0=AluOp.reciprocal)
     return TVal(a.kind, dst)
 
 
-@register_pointwise(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
-                    aten.bitwise_and.Scalar, aten.bitwise_or.Scalar, aten.bitwise_xor.Scalar)
+@register_lowering(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
+                    aten.bitwise_and.Scalar, aten.bitwise_or.Scalar, aten.bitwise_xor.Scalar, kind="pointwise")
 def _bitwise(ctx, node, a, b):
     name = node.target._overloadpacket.__name__.split("_")[1]
     if node.meta["val"].dtype == torch.bool:
@@ -274,7 +277,7 @@ def _bitwise(ctx, node, a, b):
     return binary(ctx, "bitwise_" + name, a, b, tile_dtype(node.meta["val"]), node.meta["val"].dtype)
 
 
-@register_pointwise(aten.logical_not.default, aten.bitwise_not.default)
+@register_lowering(aten.logical_not.default, aten.bitwise_not.default, kind="pointwise")
 def _not(ctx, node, a):
     if node.meta["val"].dtype != torch.bool and node.target is aten.bitwise_not.default:
         raise NotImplementedError("integer bitwise_not")
@@ -282,7 +285,7 @@ def _not(ctx, node, a):
         nz = integers.nonzero(ctx, a)
         return scalar_op(ctx, nz, "equal", 0, "uint8")
     r = scalar_op(ctx, a, "equal", 0, "uint8")
-    r.bound = 1 if r.kind != "scalar" else None
+    r = replace(r, bound=1 if r.kind != "scalar" else None)
     return r
 
 
@@ -301,10 +304,10 @@ def _act(func: str, py):
 
 
 for _op, (_f, _py) in _ACT.items():
-    register_pointwise(_op.default)(_act(_f, _py))
+    register_lowering(_op.default, kind="pointwise")(_act(_f, _py))
 
 
-@register_pointwise(aten.neg.default)
+@register_lowering(aten.neg.default, kind="pointwise")
 def _neg(ctx, node, a):
     val = node.meta["val"]
     if not val.dtype.is_floating_point and a.kind != "scalar":
@@ -312,7 +315,7 @@ def _neg(ctx, node, a):
     return scalar_op(ctx, a, "multiply", -1, tile_dtype(val))
 
 
-@register_pointwise(aten.abs.default)
+@register_lowering(aten.abs.default, kind="pointwise")
 def _abs(ctx, node, a):
     val = node.meta["val"]
     if a.kind == "scalar":
@@ -322,46 +325,46 @@ def _abs(ctx, node, a):
     return unary(ctx, "abs", a, tile_dtype(val))
 
 
-@register_pointwise(aten.sin.default, aten.cos.default)
+@register_lowering(aten.sin.default, aten.cos.default, kind="pointwise")
 def _sin_cos(ctx, node, a):
     shift = 0.0 if node.target is aten.sin.default else math.pi / 2
     return act_range.sin(ctx, a, shift, tile_dtype(node.meta["val"]))
 
 
-@register_pointwise(aten.gelu.default)
+@register_lowering(aten.gelu.default, kind="pointwise")
 def _gelu(ctx, node, a, approximate: str = "none"):
     func = "gelu_apprx_tanh" if approximate == "tanh" else "gelu"
     return unary(ctx, func, a, tile_dtype(node.meta["val"]))
 
 
-@register_pointwise(aten.log.default)
+@register_lowering(aten.log.default, kind="pointwise")
 def _log(ctx, node, a):
     return act_range.log(ctx, a, tile_dtype(node.meta["val"]))
 
 
-@register_pointwise(aten.sqrt.default)
+@register_lowering(aten.sqrt.default, kind="pointwise")
 def _sqrt(ctx, node, a):
     return act_range.sqrt(ctx, a, tile_dtype(node.meta["val"]))
 
 
-@register_pointwise(aten.rsqrt.default)
+@register_lowering(aten.rsqrt.default, kind="pointwise")
 def _rsqrt(ctx, node, a):
     return act_range.rsqrt(ctx, a, tile_dtype(node.meta["val"]))
 
 
-@register_pointwise(aten.log1p.default)
+@register_lowering(aten.log1p.default, kind="pointwise")
 def _log1p(ctx, node, a):
     dt = tile_dtype(node.meta["val"])
     return act_range.log(ctx, scalar_op(ctx, a, "add", 1.0, "float32"), dt)
 
 
-@register_pointwise(aten.expm1.default)
+@register_lowering(aten.expm1.default, kind="pointwise")
 def _expm1(ctx, node, a):
     dt = tile_dtype(node.meta["val"])
     return scalar_op(ctx, unary(ctx, "exp", a, dt, py=math.exp), "subtract", 1.0, dt)
 
 
-@register_pointwise(aten.pow.Tensor_Scalar)
+@register_lowering(aten.pow.Tensor_Scalar, kind="pointwise")
 def _pow(ctx, node, a, e):
     val = node.meta["val"]
     dt = tile_dtype(val)
@@ -400,7 +403,7 @@ def _int_pow(ctx, a, e: int, dt: str, out: torch.dtype) -> TVal:
         sq = binary(ctx, "multiply", sq, sq, dt, out)
 
 
-@register_pointwise(aten.pow.Tensor_Tensor)
+@register_lowering(aten.pow.Tensor_Tensor, kind="pointwise")
 def _pow_tt(ctx, node, a, b):
     if not node.meta["val"].dtype.is_floating_point:
         # fp32 power saturates where torch wraps, and a per-element exponent cannot be unrolled
@@ -409,7 +412,7 @@ def _pow_tt(ctx, node, a, b):
     return binary(ctx, "power", a, b, tile_dtype(node.meta["val"]))
 
 
-@register_pointwise(aten.pow.Scalar)
+@register_lowering(aten.pow.Scalar, kind="pointwise")
 def _pow_scalar_base(ctx, node, base, e):
     """base ** e = exp(e * ln(base)) in one ScalarE instruction (the rotary-frequency pattern)."""
     base = base.scalar if isinstance(base, TVal) else base
@@ -421,13 +424,35 @@ def _pow_scalar_base(ctx, node, base, e):
                  py=lambda x: base ** x)
 
 
-@register_pointwise(aten.clamp.default)
+def _eager_int_clamp_bounds(dtype: torch.dtype, lo, hi) -> tuple[int | None, int | None]:
+    """The bounds the running torch's eager ``clamp`` applies to an integer tensor, asked of torch
+    itself: clamping the dtype's extremes gives the effective (min, max), since eager's clamp is
+    ``min(max(x, lo'), hi')`` for in-range lo', hi'. torch <= 2.14 wraps an out-of-range bound
+    (``uint8.clamp(-5, 100)`` is all 100s) and refuses others; torch 2.15 compares exactly (a bound
+    past the range on the no-op side is ignored, past the other side refused). A refused bound is
+    a declared fallback, so the call raises eager's own error; a no-op bound is dropped."""
+    info = torch.iinfo(dtype)
+    try:
+        lo_e, hi_e = torch.tensor([info.min, info.max], dtype=dtype).clamp(lo, hi).tolist()
+    except RuntimeError as e:
+        raise NotImplementedError(f"clamp({lo}, {hi}) of {dtype}: eager refuses the bounds ({e})") from None
+    return (None if lo is None or lo_e == info.min else lo_e), (None if hi is None or hi_e == info.max else hi_e)
+
+
+@register_lowering(aten.clamp.default, kind="pointwise")
 def _clamp(ctx, node, a, lo=None, hi=None):
     val = node.meta["val"]
     dt = tile_dtype(val)
-    if not val.dtype.is_floating_point:  # exact integer max / min, bounds wrapped like eager's
-        return _clamp_t(ctx, node, a, None if lo is None else _wrap_scalar(node, TVal.const(_operand(lo))),
-                        None if hi is None else _wrap_scalar(node, TVal.const(_operand(hi))))
+    if not val.dtype.is_floating_point:  # exact integer max / min with the bounds eager applies
+        lo, hi = (None if v is None else _operand(v) for v in (lo, hi))
+        if val.dtype != torch.bool and all(v is None or type(v) is int for v in (lo, hi)):
+            lo, hi = _eager_int_clamp_bounds(val.dtype, lo, hi)
+            if lo is None and hi is None:
+                return a
+            return _clamp_t(ctx, node, a, None if lo is None else TVal.const(lo),
+                            None if hi is None else TVal.const(hi))
+        return _clamp_t(ctx, node, a, None if lo is None else _wrap_scalar(node, TVal.const(lo)),
+                        None if hi is None else _wrap_scalar(node, TVal.const(hi)))
     if lo is not None and hi is not None:
         return scalar_op(ctx, a, "maximum", lo, dt, "minimum", hi)
     if lo is not None:
@@ -437,7 +462,7 @@ def _clamp(ctx, node, a, lo=None, hi=None):
     return a
 
 
-@register_pointwise(aten.clamp.Tensor)
+@register_lowering(aten.clamp.Tensor, kind="pointwise")
 def _clamp_t(ctx, node, a, lo=None, hi=None):
     val = node.meta["val"]
     dt = tile_dtype(val)
@@ -446,12 +471,12 @@ def _clamp_t(ctx, node, a, lo=None, hi=None):
     if hi is not None:
         a = binary(ctx, "minimum", a, hi, dt, val.dtype)
     if lo is not None and hi is not None and a.kind != "scalar":
-        a.bound = integers.bound(lo) if integers.bound(hi) is None or integers.bound(lo) is None \
-            else max(integers.bound(lo), integers.bound(hi))
+        a = replace(a, bound=integers.bound(lo) if integers.bound(hi) is None or integers.bound(lo) is None
+                    else max(integers.bound(lo), integers.bound(hi)))
     return a
 
 
-@register_pointwise(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+@register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar, kind="pointwise")
 def _where(ctx, node, cond, a, b):
     dt = tile_dtype(node.meta["val"])
     if cond.kind == "scalar":
@@ -464,15 +489,14 @@ def _where(ctx, node, cond, a, b):
         return integers.select(ctx, pred.region, a, b, kind)
     out = copy(ctx, b, dt, kind)
     src = a if a.kind == kind and a.dtype == dt else copy(ctx, a, dt, kind)
-    ctx.kb.instr("vector", "tensor_copy_predicated", out.region,
-                 {"src": src.region, "predicate": pred.region})
+    ctx.kb.tensor_copy_predicated(out.region, src=src.region, predicate=pred.region)
     ba, bb = integers.bound(a), integers.bound(b)
-    out.bound = None if None in (ba, bb) or dt != "int32" else max(ba, bb)
+    out = replace(out, bound=None if None in (ba, bb) or dt != "int32" else max(ba, bb))
     return out
 
 
-@register_pointwise(aten._to_copy.default, aten.clone.default,
-                    aten.lift_fresh_copy.default, torch.ops.prims.convert_element_type.default)
+@register_lowering(aten._to_copy.default, aten.clone.default,
+                    aten.lift_fresh_copy.default, torch.ops.prims.convert_element_type.default, kind="pointwise")
 def _cast(ctx, node, a, dtype=None, **kw):
     val = node.meta["val"]
     if isinstance(dtype, torch.dtype):
@@ -489,7 +513,7 @@ def _cast(ctx, node, a, dtype=None, **kw):
         if a.hi is not None:
             return integers.nonzero(ctx, a)
         r = scalar_op(ctx, a, "not_equal", 0, "uint8")
-        r.bound = 1
+        r = replace(r, bound=1)
         return r
     if val.dtype.is_floating_point:
         if a.hi is not None:
@@ -501,34 +525,37 @@ def _cast(ctx, node, a, dtype=None, **kw):
             # copy of the same value) did, so an fp32 consumer sees the stored number
             a = copy(ctx, a, narrow)
         r = copy(ctx, a, tdt)
-        r.bound = None
+        r = replace(r, bound=None)
         return r
+    if node.args[0].meta["val"].dtype.is_floating_point:  # eager's conversion for every input
+        r = float_to_int.to_int64(ctx, a) if val.dtype == torch.int64 else float_to_int.to_int32(ctx, a)
+        return integers.wrap(ctx, r, val.dtype)
     r = copy(ctx, a, tdt)
     if val.dtype != torch.int64 and r.hi is not None:  # int64 -> narrower: the low word, wrapped
-        r.hi, r.bound = None, None
+        r = replace(r, hi=None, bound=None)
     return integers.wrap(ctx, r, val.dtype)
 
 
 # --- sources: values with no tensor inputs ----------------------------------------------------
 
-@register_pointwise(aten.full.default, aten.scalar_tensor.default)
+@register_lowering(aten.full.default, aten.scalar_tensor.default, kind="pointwise")
 def _full(ctx, node, *args, **kw):
     value = args[1] if node.target is aten.full.default else args[0]
     return TVal.const(value.scalar if isinstance(value, TVal) else value)
 
 
-@register_pointwise(aten.empty_permuted.default, aten.empty.memory_format)
+@register_lowering(aten.empty_permuted.default, aten.empty.memory_format, kind="pointwise")
 def _empty(ctx, node, *args, **kw):
     """Uninitialised memory: any value is correct; zero is the cheapest to make."""
     return TVal.const(0.0 if node.meta["val"].dtype.is_floating_point else 0)
 
 
-@register_pointwise(aten.full_like.default)
+@register_lowering(aten.full_like.default, kind="pointwise")
 def _full_like(ctx, node, a, value, **kw):
     return TVal.const(value.scalar if isinstance(value, TVal) else value)
 
 
-@register_pointwise(aten.arange.start_step, aten.arange.default, aten.arange.start)
+@register_lowering(aten.arange.start_step, aten.arange.default, aten.arange.start, kind="pointwise")
 def _arange(ctx, node, *args, **kw):
     args = [a.scalar if isinstance(a, TVal) else a for a in args]
     if node.target is aten.arange.default:
@@ -549,10 +576,10 @@ for _op, _spec in [(aten.sum.dim_IntList, ("add", 0.0)), (aten.sum.default, ("ad
                    (aten.any.dim, ("maximum", 0)), (aten.any.dims, ("maximum", 0)),
                    (aten.any.default, ("maximum", 0)), (aten.all.dim, ("minimum", 1)),
                    (aten.all.default, ("minimum", 1))]:
-    REDUCTIONS[_op] = _spec
+    register_lowering(_op, kind="reduction")(_spec)
 
 
-@register_pointwise(aten.copy_.default)
+@register_lowering(aten.copy_.default, kind="pointwise")
 def _copy_into(ctx, node, dst, src, non_blocking=False):
     """``copy_(dst, src)``: the group stores ``src`` into the graph input ``dst`` (an input mutation)."""
     return src

@@ -1,9 +1,9 @@
 """The lowering registry: which ATen ops have a lowering, of which kind, and whether it takes a case.
 
-The front door is :func:`register_lowering`::
+The one way in is :func:`register_lowering`::
 
     @register_lowering(aten.cumsum.default, kind="kernel", supports=my_supports)
-    def lower_cumsum(ctx: KernelContext) -> None: ...
+    def lower_cumsum(ctx: KernelContext, x, dim, dtype=None) -> None: ...
 
 Three kinds, as in TorchInductor:
 
@@ -13,10 +13,16 @@ Three kinds, as in TorchInductor:
 * ``"reduction"``: a free-axis reduction, fusable with producers and consumers; what is registered is
   its combine spec ``(alu_op, identity)``: ``register_lowering(aten.sum.default,
   kind="reduction")(("add", 0.0))``.
+* ``"group"``: a lowering of a whole group rather than one op, keyed by the group's kind
+  (``"fused"``: pointwise ops and reductions in one loop nest) or matmul variant (``"matmul_multi"``:
+  sibling GEMMs sharing an epilogue; ``"matmul_rows"``: a GEMM inside a row-reducing fused kernel).
+  The function is ``fn(ctx)``; ``ctx.node`` is the group's first node.
 * ``"kernel"``: an op with its own kernel shape (matmul, embedding, concatenation, attention...).
-  The function takes one :class:`KernelContext` (the node, its group, sources, outputs, builder,
-  config, target) and emits the kernel body into ``ctx.builder``; it raises ``LoweringError`` for a
-  case it cannot take (the op then becomes a declared fallback).
+  The function is ``fn(ctx, *args)``: one :class:`KernelContext` (the node, its group, sources,
+  outputs, builder, config, target), then the op's ATen arguments bound from its schema with
+  defaults applied (:func:`bind_args`: ``fx.Node`` for tensors, Python values for the rest). It emits
+  the kernel body into ``ctx.builder``; it raises ``LoweringError`` for a case it cannot take (the op
+  then becomes a declared fallback).
 
 ``supports(*args, **kwargs) -> bool | str`` (optional, any kind) answers "can this lowering take
 these arguments?" on traced values (fake tensors, scalars) *before* lowering: ``True`` yes, ``False``
@@ -31,8 +37,8 @@ receives them in ``ctx.group.nodes`` (the anchor first, the consumers in topolog
 apply them to each output tile before storing it (matmul does so with the fused-group emitter).
 
 An op in no table is a declared fallback. ``VIEWS`` are pure metadata ops: they never launch
-anything. The older decorators :func:`register_kernel` / :func:`register_pointwise` and writes into
-``REDUCTIONS`` keep working: they are the same registry.
+anything. The kind tables (``POINTWISE``, ``REDUCTIONS``, ``KERNELS``) are views of the registry for
+readers; only :func:`register_lowering` writes them (tests/test_architecture.py checks it).
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 import torch
 import torch.fx as fx
 
-from ..user_kernels import lookup
+from ..user_kernels import is_nki_hop, lookup
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -56,6 +62,8 @@ aten = torch.ops.aten
 POINTWISE: dict = {}
 REDUCTIONS: dict = {}
 KERNELS: dict = {}
+#: group lowerings, keyed by group kind (``"fused"``) or matmul variant (``"matmul_multi"``, ...)
+GROUPS: dict = {}
 
 VIEWS = frozenset({
     aten.view.default, aten._unsafe_view.default, aten.permute.default, aten.expand.default,
@@ -77,8 +85,8 @@ def _overloads(op) -> list:
     return [op]
 
 
-KINDS = ("pointwise", "reduction", "kernel")
-_TABLES = {"pointwise": POINTWISE, "reduction": REDUCTIONS, "kernel": KERNELS}
+KINDS = ("pointwise", "reduction", "kernel", "group")
+_TABLES = {"pointwise": POINTWISE, "reduction": REDUCTIONS, "kernel": KERNELS, "group": GROUPS}
 
 Supports = Callable[..., Union[bool, str, None]]
 
@@ -96,6 +104,31 @@ class KernelContext:
     config: "Config"
     target: "Target"
 
+    def unpack(self) -> tuple:
+        """``(node, sources, builder, outputs, out_meta, config)``, for lowerings that still read
+        their arguments from the node."""
+        return self.node, self.sources, self.builder, self.outputs, self.out_meta, self.config
+
+
+def bind_args(node: fx.Node) -> tuple:
+    """``node``'s ATen arguments in schema order, keyword-only ones included, each taken from the
+    call or else from the schema's default (``aten.cumsum(x, 1)`` -> ``(x, 1, None)``). Nodes whose
+    target has no schema get their positional arguments."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return tuple(node.args)
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args) and not a.kwarg_only:
+            out.append(node.args[i])
+        elif a.name in node.kwargs:
+            out.append(node.kwargs[a.name])
+        elif a.has_default_value():
+            out.append(a.default_value)
+        else:
+            out.append(None)
+    return tuple(out)
+
 
 @dataclass(frozen=True)
 class Lowering:
@@ -105,22 +138,22 @@ class Lowering:
     impl: Any                                 # function (pointwise, kernel) or combine spec (reduction)
     supports: Supports | None = None
     epilogue: bool = False
-    takes_context: bool = True                # a kernel written for :class:`KernelContext`
 
     def lower(self, ctx: KernelContext) -> None:
-        """Run a kernel lowering (``kind == "kernel"``)."""
-        if self.takes_context:
+        """Run a kernel lowering, ``impl(ctx, *bind_args(ctx.node))``, or a group lowering,
+        ``impl(ctx)`` (the whole group is ``ctx.group``)."""
+        if self.kind == "group":
             self.impl(ctx)
-        else:  # registered through register_kernel: fn(node, sources, kb, out_tensors, out_meta, cfg)
-            self.impl(ctx.node, ctx.sources, ctx.builder, ctx.outputs, ctx.out_meta, ctx.config)
+        else:
+            self.impl(ctx, *bind_args(ctx.node))
 
 
-#: every registration made through :func:`register_lowering` (and the older decorators)
+#: every registration made through :func:`register_lowering`
 LOWERINGS: dict = {}
 
 
 def register_lowering(*ops, kind: str = "kernel", supports: Supports | None = None,
-                      epilogue: bool = False, takes_context: bool = True) -> Callable:
+                      epilogue: bool = False) -> Callable:
     """Register the decorated lowering (or, for reductions, the combine spec) for ``ops`` (overloads,
     or packets meaning every overload). See the module docstring for what each kind receives."""
     if kind not in KINDS:
@@ -129,7 +162,7 @@ def register_lowering(*ops, kind: str = "kernel", supports: Supports | None = No
         raise ValueError("only kernel lowerings take an epilogue")
 
     def deco(impl):
-        rec = Lowering(kind, impl, supports, epilogue, takes_context)
+        rec = Lowering(kind, impl, supports, epilogue)
         for op in ops:
             for o in _overloads(op):
                 _TABLES[kind][o] = impl
@@ -138,30 +171,9 @@ def register_lowering(*ops, kind: str = "kernel", supports: Supports | None = No
     return deco
 
 
-def register(table: dict, *ops) -> Callable:
-    kind = next(k for k, t in _TABLES.items() if t is table)
-    return register_lowering(*ops, kind=kind, takes_context=False)
-
-
-def register_pointwise(*ops) -> Callable:
-    """``register_lowering(*ops, kind="pointwise")``."""
-    return register_lowering(*ops, kind="pointwise")
-
-
-def register_kernel(*ops) -> Callable:
-    """A kernel lowering with the positional signature ``fn(node, sources, kb, out_tensors,
-    out_meta, cfg)``; new kernels use ``register_lowering(*ops, kind="kernel")`` and one context."""
-    return register_lowering(*ops, kind="kernel", takes_context=False)
-
-
 def find_lowering(target) -> Lowering | None:
-    """The registry record of ``target``: also for ops entered straight into a kind table."""
-    rec = LOWERINGS.get(target)
-    for kind, table in _TABLES.items():
-        if target in table and (rec is None or rec.kind != kind or rec.impl is not table[target]):
-            # written into the table directly (``REDUCTIONS[op] = spec``) or re-registered there
-            return Lowering(kind, table[target], None, False, kind != "kernel")
-    return rec
+    """The registry record of ``target`` (None: no lowering)."""
+    return LOWERINGS.get(target)
 
 
 def supports(target, *args: Any, **kwargs: Any) -> bool | str:
@@ -203,6 +215,6 @@ def op_kind(target) -> str:
         return "pointwise"
     if target in REDUCTIONS:
         return "reduction"
-    if target in KERNELS or lookup(target) is not None:  # a registered hand-written kernel
+    if target in KERNELS or lookup(target) is not None or is_nki_hop(target):  # a hand-written kernel
         return "kernel"
     return "fallback"

@@ -12,9 +12,9 @@ import torch
 import torch.fx as fx
 
 from .builder import KernelBuilder
-from .indexing import _fc, copy_phase
+from .indexing import copy_phase, free_chunk_of
 from .regions import LRegion, output_region, source_region
-from .registry import register_kernel
+from .registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 
@@ -28,10 +28,10 @@ def _split(region: LRegion, repeats: list[int], src_sizes: tuple[int, ...]) -> L
     return LRegion(region.tensor, region.dtype, region.offset, tuple(sizes), tuple(strides))
 
 
-@register_kernel(aten.repeat.default)
-def lower_repeat(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                 cfg) -> None:
+@register_lowering(aten.repeat.default, kind="kernel")
+def lower_repeat(ctx: KernelContext, *args) -> None:
     """out = x.repeat(repeats) (``len(repeats) >= x.dim()``; new dims lead)."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     xr = source_region(kb, sources[n.args[0]])
     repeats = [int(r) for r in n.args[1]]
     out = output_region(out_tensors, out_meta, n)
@@ -45,4 +45,4 @@ def lower_repeat(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict
                   tuple(v for s in src_sizes for v in (1, s)),
                   tuple(v for st in src_strides for v in (0, st)))
     kb.plan = f"repeat {repeats} of {list(xr.sizes)}: one broadcast copy"
-    copy_phase(kb, dst, src.expand(dst.sizes), _fc(cfg))
+    copy_phase(kb, dst, src.expand(dst.sizes), free_chunk_of(cfg))

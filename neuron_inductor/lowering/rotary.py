@@ -29,7 +29,8 @@ from .builder import KernelBuilder, ceil_div
 from .layout import LoweringError, broadcast_strides, hw_dtype
 from .loops import maybe_loop, ragged
 from .regions import LRegion, output_region, source_region
-from .registry import register_kernel
+from .registry import KernelContext, register_lowering
+from ..spec import AluOp, Engine
 
 #: free-axis elements of one x tile (heads x D); fp32 intermediates of this width fit SBUF easily
 MAX_FREE = 4096
@@ -130,11 +131,11 @@ def _chunk(heads: int, D: int) -> int:
     return best
 
 
-@register_kernel(ROTARY)
-def lower_rotary(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                 cfg) -> None:
+@register_lowering(ROTARY, kind="kernel")
+def lower_rotary(ctx: KernelContext, *args) -> None:
     """out[i] = rotary(xs[i], cos, sin) (forward) or its input gradient (``backward``), one pass over
     the tables' row tiles for all of ``xs``."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     xs, c_n, s_n, backward = n.args
     outs = {u.args[1]: u for u in n.users if u.target is operator.getitem and u in out_tensors}
     items = []
@@ -148,11 +149,11 @@ def lower_rotary(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict
     emit_rotary(kb, sources, items, c_n, s_n, bool(backward))
 
 
-@register_kernel(ROTARY_CAT)
-def lower_rotary_cat(n: fx.Node, sources: dict, kb: KernelBuilder, out_tensors: dict, out_meta: dict,
-                     cfg) -> None:
+@register_lowering(ROTARY_CAT, kind="kernel")
+def lower_rotary_cat(ctx: KernelContext, *args) -> None:
     """cat([permute(unsqueeze(y_i, u), perm)], dim) with y_i the rotary of xs[i] for i < n_rot and
     xs[i] itself after: each piece is written straight into its slot of the concatenation."""
+    n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     xs, n_rot, c_n, s_n, backward, u, perm, dim = n.args
     out = output_region(out_tensors, out_meta, n)
     items = []
@@ -230,8 +231,8 @@ def _tables(kb: KernelBuilder, cr, sr, off_c, off_s, rows, r: int, D: int, backw
     kb.dma(st.region(rows, D), HBMAccess(sr.tensor, off_s, ((sr.strides[r], rows), (1, D))))
     ss = kb.tile((P, D), "float32", prefix="ss")
     neg_at, pos_at = (half, 0) if backward else (0, half)
-    kb.instr("vector", "tensor_scalar", TileRegion(ss, (0, neg_at), (rows, half)),
-             {"data": TileRegion(st, (0, 0), (rows, half))}, op0="multiply", operand0=-1.0)
+    kb.tensor_scalar(TileRegion(ss, (0, neg_at), (rows, half)), data=TileRegion(st, (0, 0), (rows, half)),
+                     op0=AluOp.multiply, operand0=-1.0)
     kb.copy("gpsimd", TileRegion(ss, (0, pos_at), (rows, half)), TileRegion(st, (0, half), (rows, half)))
     return ct, ss
 
@@ -272,16 +273,12 @@ class _Kernel:
         pt = kb.tile((P, W), "float32", prefix="pt")
         for j in range(self.hc):
             b = j * D
-            kb.instr("vector", "tensor_tensor", TileRegion(acc, (0, b), (rows, D)),
-                     {"data1": TileRegion(xt, (0, b), (rows, D)), "data2": ct.region(rows, D)},
-                     op="multiply")
-            kb.instr("gpsimd", "tensor_tensor", TileRegion(pt, (0, b), (rows, half)),
-                     {"data1": TileRegion(xt, (0, b + half), (rows, half)),
-                      "data2": TileRegion(ss, (0, 0), (rows, half))}, op="multiply")
-            kb.instr("gpsimd", "tensor_tensor", TileRegion(pt, (0, b + half), (rows, half)),
-                     {"data1": TileRegion(xt, (0, b), (rows, half)),
-                      "data2": TileRegion(ss, (0, half), (rows, half))}, op="multiply")
+            kb.tensor_tensor(TileRegion(acc, (0, b), (rows, D)), data1=TileRegion(xt, (0, b), (rows, D)),
+                             data2=ct.region(rows, D), op=AluOp.multiply)
+            kb.tensor_tensor(TileRegion(pt, (0, b), (rows, half)), data1=TileRegion(xt, (0, b + half), (rows, half)),
+                             data2=TileRegion(ss, (0, 0), (rows, half)), op=AluOp.multiply, engine=Engine.gpsimd)
+            kb.tensor_tensor(TileRegion(pt, (0, b + half), (rows, half)), data1=TileRegion(xt, (0, b), (rows, half)),
+                             data2=TileRegion(ss, (0, half), (rows, half)), op=AluOp.multiply, engine=Engine.gpsimd)
         yt = kb.tile((P, W), self.dt, prefix="y")
-        kb.instr("vector", "tensor_tensor", yt.region(rows, W),
-                 {"data1": acc.region(rows, W), "data2": pt.region(rows, W)}, op="add")
+        kb.tensor_tensor(yt.region(rows, W), data1=acc.region(rows, W), data2=pt.region(rows, W), op=AluOp.add)
         kb.dma(self._access(self.out, off_o, rows), yt.region(rows, W))

@@ -75,6 +75,5 @@ def test_unfused_build_keeps_the_cat():
     # with fusion off the select would only add kernels (and inflate the unfused baseline)
     gm = make_fx(rotary, tracing_mode="fake")(*[torch.empty(s) for s in
                                                 [(1, 2, 8, 64), (1, 2, 8, 64), (8, 64), (8, 64)]])
-    gm.meta["fusion"] = False
-    run_passes(gm)
+    run_passes(gm, get_config().replace(fusion=False))
     assert aten.cat.default in [n.target for n in gm.graph.nodes]

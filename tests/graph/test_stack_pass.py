@@ -106,9 +106,9 @@ def test_fused_qkv_split_through_the_backend_matches_eager(dtype, monkeypatch):
     lin.weight.grad = None
     rewrites = []
 
-    def spy(gm):
+    def spy(gm, cfg):
         before = targets(gm).count(aten.cat.default)
-        masked_sum_to_cat(gm)
+        masked_sum_to_cat(gm, cfg)
         rewrites.append(targets(gm).count(aten.cat.default) - before)
     monkeypatch.setattr(passes, "PASSES", [spy if p is masked_sum_to_cat else p for p in passes.PASSES])
     torch._dynamo.reset()

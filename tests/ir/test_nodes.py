@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
-from neuron_inductor.ir import HBMTensor, Instr, Tile
-from neuron_inductor.lowering.builder import KernelBuilder
-from neuron_inductor.spec import AluOp
+from neuron_inductor.ir import HBMTensor, Instr, Kernel, Loop, Tile, loop_var
+from neuron_inductor.lowering.builder import KernelBuilder, TVal, ValueKind
+from neuron_inductor.spec import INSTRS, AluOp, Engine
 from neuron_inductor.target import get_target
 
 
@@ -59,3 +60,53 @@ def test_builder_sets_declared_fields_at_construction():
         assert inner.depth == 2
         kb.release(inner)
         assert kb.tile((128, 4), "float32") is inner  # recycled within its own block
+
+
+def test_instr_operands_and_attributes_are_immutable():
+    t = _tile()
+    ins = Instr("vector", "tensor_scalar", t.full(), {"data": t.full(), "operand0": 1.0}, {"op0": "add"})
+    with pytest.raises(TypeError, match="immutable"):
+        ins.srcs["operand0"] = 2.0
+    with pytest.raises(TypeError, match="immutable"):
+        ins.attrs.update(op0="multiply")
+    with pytest.raises(TypeError, match="immutable"):
+        del ins.attrs["op0"]
+    for node, field in ((Loop(loop_var("i"), 2), "kind"), (Kernel("k", [], [], []), "body")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(node, field, None)
+    back = pickle.loads(pickle.dumps(ins.attrs))  # still a dict where one is needed
+    assert type(back).__name__ == "FrozenMap" and back == {"op0": "add"}
+
+
+def test_typed_methods_come_from_the_spec():
+    kb = KernelBuilder("k", get_target("trn2"))
+    t = kb.tile((128, 8), "float32")
+    src = t.full()
+    kb.tensor_scalar(t.full(), data=src, op0=AluOp.add, operand0=1.0, op1=None)
+    ins = kb.body[-1]
+    assert (ins.engine, ins.op) == (Engine.vector, "tensor_scalar")  # the spec's default engine
+    assert ins.srcs["data"] is src and ins.srcs["operand0"] == 1.0 and dict(ins.attrs) == {"op0": "add"}
+    kb.activation(t.full(), op="exp", data=t.full(), scale=0.5)
+    assert kb.body[-1].engine == "scalar" and "scale" in kb.body[-1].srcs  # a tile keyword of the spec
+    with pytest.raises(TypeError, match="no keyword 'operand'"):
+        kb.tensor_scalar(t.full(), data=t.full(), op0="add", operand=1.0)
+    with pytest.raises(AssertionError, match="cannot run on"):
+        kb.nc_matmul(t.full(), stationary=t.full(), moving=t.full(), engine=Engine.vector)
+    assert all(callable(getattr(kb, n)) for n in INSTRS if n != "dma_copy")
+
+
+def test_tile_values_are_frozen():
+    v = TVal.full(_tile().full())
+    assert v.kind == ValueKind.full == "full"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.bound = 1
+
+
+def test_groups_are_frozen():
+    from neuron_inductor.lowering.groups import Group, GroupKind
+    g = Group.fused([], [], (4, 8), frozenset({1}))
+    assert g.kind == GroupKind.fused and isinstance(g.nodes, tuple) and g.col_axes == frozenset()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.col_axes = frozenset({0})
+    with pytest.raises(AttributeError):
+        g.nodes.append(None)

@@ -81,13 +81,13 @@ def test_psum_banks_per_scope_chain():
     def mutate(ns, inner=inner):
         ns["allocs"] = lambda: [Alloc(ns["t"]), Alloc(ns["u"])] + [Alloc(t) for t in inner]
     k = base(mutate)
-    k.body = [Alloc(t) for t in outer] + k.body  # 4 outside + 5 in the loop body = 9 > 8
+    k.body[:] = [Alloc(t) for t in outer] + k.body  # 4 outside + 5 in the loop body = 9 > 8
     e = refuse(k, "psum-banks")
     assert "9 PSUM tiles" in e.detail
     # sibling loops do not add up: 4 outer + max(4, 4) inner = 8 is fine
     k2 = base(lambda ns: mutate(ns, inner[:4]))
     j = loop_var("j0")
-    k2.body = [Alloc(t) for t in outer] + k2.body + [Loop(j, 2, "affine", [Alloc(t) for t in inner[:4]])]
+    k2.body[:] = [Alloc(t) for t in outer] + k2.body + [Loop(j, 2, "affine", [Alloc(t) for t in inner[:4]])]
     verify_kernel(k2, TRN2)
 
 
@@ -97,7 +97,7 @@ def test_alloc_inside_loop_counts_once_for_sbuf():
     k = base(lambda ns: ns.update(allocs=lambda: [Alloc(ns["t"]), Alloc(ns["u"]), Alloc(big)]))
     verify_kernel(k, TRN2)
     extra = Tile("extra", (P, 16 * 1024), "float32")
-    k.body = [Alloc(extra)] + k.body
+    k.body[:] = [Alloc(extra)] + k.body
     e = refuse(k, "sbuf-capacity", TRN2)
     assert "big=153600" in e.detail and "extra=65536" in e.detail
 
@@ -204,7 +204,7 @@ def test_loop_var_used_outside_its_loop():
     i = k.body[0].var
     z = Tile("z", (P, 4), "float32")
     # after the loop, a region starting at column i0: the loop variable is out of scope
-    k.body += [Alloc(z), Instr("vector", "memset", z.region(P, 1, starts=(0, i)), {}, {"value": 0.0})]
+    k.body.extend([Alloc(z), Instr("vector", "memset", z.region(P, 1, starts=(0, i)), {}, {"value": 0.0})])
     e = refuse(k, "loop-var-scope")
     assert "['i0'] used outside their loop" in e.detail
 

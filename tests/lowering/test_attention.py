@@ -151,7 +151,10 @@ def test_flash_modelled_time_vs_roofline(causal):
     banks), eight tiles in flight in SBUF. The running max is kept as -scale * m (GpSimd has no
     maximum, and its tensor_scalar is rsqrt only). Q/K^T come back in row order through four
     strided evictions per 512 rows (they are loaded four rows per partition, 1 KiB descriptors).
-    The bounds sit just above today's figures so any regression fails."""
+    The bounds sit just above today's figures so any regression fails. The calibrated cost model
+    (benchmarks/calibrate.py) charges every matmul pass a measured fixed cost, which weighs on the
+    128-column transposes and P@V matmuls: the figures above became 2.14x / 2.46x forward and
+    1.84x / 2.03x backward (full / causal), and the bounds moved with them."""
     target = get_target("trn2")
     fk, bk = _lowered(2048, causal, "trn2")
     assert len(fk) == len(bk) == 1
@@ -159,5 +162,5 @@ def test_flash_modelled_time_vs_roofline(causal):
     per = 2.0 * 32 * pairs * 128
     fwd = estimate_program(fk, target).seconds / (2 * per / target.peak_bf16_flops)
     bwd = estimate_program(bk, target).seconds / (5 * per / target.peak_bf16_flops)
-    assert bwd <= 2.0, bwd
-    assert fwd <= (1.92 if causal else 1.85), fwd
+    assert bwd <= (2.06 if causal else 1.87), bwd
+    assert fwd <= (2.5 if causal else 2.17), fwd

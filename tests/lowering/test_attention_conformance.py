@@ -1,5 +1,5 @@
 """The flash kernels' instructions obey the documented NKI rules (aws-neuron-sdk
-``nki/api/nki/isa/__init__.py`` docstrings, ``nki.api.shared.rst`` tables; ../shared/docs/nki.md §9),
+``nki/api/nki/isa/__init__.py`` docstrings, ``nki.api.shared.rst`` tables; docs/nki-rules.md),
 for fp32 and bf16, causal / bool / float masks, on trn1 and trn2, checked on the lowered tile IR:
 
 - ``divide`` is not an engine ALU op (reciprocal, then multiply);

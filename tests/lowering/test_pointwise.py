@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from _ops import check_cases, randn
 
 from neuron_inductor import stats
+from neuron_inductor.ir.nodes import walk
 
 BIG = (2, 129, 600)
 
@@ -151,3 +152,29 @@ def test_flat_span_uses_many_partitions(shape, rows, tmp_path):
     check_cases(torch.exp, [(randn(shape),)], debug_dir=str(tmp_path))
     src = "".join(p.read_text() for p in tmp_path.rglob("kernels.py"))
     assert f"dst=t0[0:{rows}, " in src, src
+
+
+def _adamw_step(theta, g, m, v):
+    m_t = 0.9 * m + 0.1 * g
+    v_t = 0.999 * v + 0.001 * g * g
+    return (theta - 1e-5 * theta) - 0.01 * m_t / (torch.sqrt(v_t * 1000) + 1e-8)
+
+
+def test_constant_multiplies_balance_onto_scalar_engine():
+    """A chain of multiplies by constants (an AdamW step) puts some of them on ScalarE
+    (``activation(copy, scale=c)``) instead of all on VectorE; results still match eager, forward
+    and backward, fp32 and bf16."""
+    cases = [tuple(randn((300, 130), dt, positive=(i == 3), seed=i) for i in range(4))
+             for dt in (torch.float32, torch.bfloat16)]
+    check_cases(_adamw_step, cases, grad=True)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from neuron_inductor import pipeline
+    from neuron_inductor.config import get_config
+    from neuron_inductor.graph.passes import run_passes
+    args = [torch.empty((256, 512), device="meta") for _ in range(4)]
+    gm = make_fx(lambda *a: (_adamw_step(*a),), tracing_mode="fake")(*args)
+    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target="trn1", cache=False), "adamw")
+    (k,) = lg.program.kernels
+    acts = [s for s, _ in walk(k.body) if getattr(s, "op", None) == "activation" and s.attrs.get("op") == "copy"]
+    assert len(acts) >= 3, [getattr(s, "op", None) for s, _ in walk(k.body)]

@@ -144,8 +144,9 @@ def test_cross_entropy(n, v):
 def test_cross_entropy_ignore_index():
     t = torch.randint(0, 50, (300,), generator=torch.Generator().manual_seed(4))
     t[::3] = -100
-    check_cases(lambda x, t: F.cross_entropy(x, t, ignore_index=-100), [(randn((300, 50)), t)],
-                grad=True)
+    t[-40:] = -100  # a padded tail: whole partition tiles of ignored labels
+    check_cases(lambda x, t: F.cross_entropy(x, t, ignore_index=-100),
+                [(randn((300, 50)), t), (randn((300, 50), torch.bfloat16), t)], grad=True)
 
 
 # --- reductions broadcast back with the right shape ----------------------------------------------

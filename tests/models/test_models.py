@@ -62,14 +62,17 @@ def _bf16_check(make_model, x, factor=2.0):
         assert _rel_err(c, r) <= factor * _rel_err(e, r) + 1e-3
 
 
+@pytest.mark.smoke
 def test_mlp_fp32():
     _fp32_check(mlp, torch.randn(300, 64))
 
 
+@pytest.mark.smoke
 def test_mlp_bf16():
     _bf16_check(mlp, torch.randn(300, 64))
 
 
+@pytest.mark.smoke
 def test_transformer_block_fp32_zero_fallbacks():
     stats.reset("compile", "fallback_ops")
     _fp32_check(TransformerBlock, torch.randn(2, 40, 64))
@@ -146,6 +149,7 @@ def test_recorder_sees_a_fallback(recorder):
     assert recorder.ops - _ALLOWED
 
 
+@pytest.mark.smoke
 def test_tiny_llama_logits_and_grads_zero_fallbacks():
     pytest.importorskip("transformers")  # the `hf` extra
     stats.reset("compile", "fallback_ops")
