@@ -4,7 +4,7 @@
 
 For the matrix's tiny model (benchmarks/architectures.py) and its padded batch, each of this step
 and ``--draws`` nearby problems (fresh tokens at the batch's real positions, weights jittered by
-about one bf16 ulp; ``architectures.error_spread``) is run in fp32 (reference), eager bf16 and
+about one bf16 ulp; ``arch_checks.error_spread``) is run in fp32 (reference), eager bf16 and
 compiled bf16; it prints, per parameter, the rms over the problems of each bf16 run's relative
 gradient error against its reference. A compiled rms well above eager's points at a precision
 bug; two similar rms values far from zero point at an ill-conditioned gradient (one step's
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import architectures as A  # noqa: E402
+import arch_checks as A  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

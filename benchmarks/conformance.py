@@ -1,4 +1,4 @@
-"""NKI conformance of the kernels we generate for a fixed set of programs, on trn1 and trn2.
+"""NKI conformance of the kernels we generate for a fixed set of programs, on trn1, trn2 and trn3.
 
 For each program and target: compile (forward, and backward where the program trains) with the
 IR verifier's spec checks deferred to the static check of the emitted source, so every kernel is
@@ -7,7 +7,7 @@ a non-conforming graph runs eagerly instead), the graphs that fell back, and the
 the generated kernels (cost model). ``--json OUT`` saves the figures; ``--baseline OLD`` prints the
 change in modelled time against a saved run (e.g. before and after conforming rewrites).
 
-    python benchmarks/conformance.py [--targets trn1 trn2] [--json out.json] [--baseline old.json]
+    python benchmarks/conformance.py [--targets trn1 trn2 trn3] [--json out.json] [--baseline old.json]
 """
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from _models import TransformerBlock, mlp  # noqa: E402
-from neuron_inductor import compile as ni_compile  # noqa: E402
+from neuron_inductor import pipeline  # noqa: E402
 from neuron_inductor import config, stats  # noqa: E402
 from neuron_inductor.cli.lint import lint_dir  # noqa: E402
+from neuron_inductor.target import TARGETS  # noqa: E402
 
 
 def _train(model, *inputs):
@@ -151,7 +152,7 @@ PROGRAMS = {"mlp": p_mlp, "attention_fp32": p_attention_fp32, "attention_bf16": 
 
 def measure(name: str, target: str) -> dict:
     costs: list[float] = []
-    real_cost = ni_compile._model_cost
+    real_cost = pipeline._model_cost
 
     def capture(kernels, cfg):
         out = real_cost(kernels, cfg)
@@ -162,15 +163,15 @@ def measure(name: str, target: str) -> dict:
     d = tempfile.mkdtemp(prefix=f"ni_conf_{name}_{target}_")
     torch._dynamo.reset()
     stats.reset("compile", "fallback_ops")
-    ni_compile._model_cost = capture
+    pipeline._model_cost = capture
     error = None
     try:
-        with config.patch(target=target, debug_dir=d, verify_ir=False, fallback="warn"):
+        with config.patch(target=target, debug_dir=d, verify_ir=False, fallback="warn", cache=False):
             PROGRAMS[name]()()
     except Exception as e:  # noqa: BLE001 - a benchmark reports, it does not stop
         error = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
     finally:
-        ni_compile._model_cost = real_cost
+        pipeline._model_cost = real_cost
     lint = lint_dir(d)
     return {"kernels": lint["kernels"], "findings": {r: len(v) for r, v in lint["findings"].items()},
             "examples": {r: v[0] for r, v in lint["findings"].items()},
@@ -180,7 +181,7 @@ def measure(name: str, target: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--targets", nargs="+", default=["trn1", "trn2"])
+    ap.add_argument("--targets", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     ap.add_argument("--programs", nargs="+", default=list(PROGRAMS))
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--baseline", help="a --json file of an earlier run: print the modelled-time change")

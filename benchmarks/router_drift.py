@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import architectures as A  # noqa: E402
+import arch_checks as A  # noqa: E402
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@ and replayed in others, and ``topk`` with exact ties taken lowest index first.
 
 Both exist because an MoE router's top-k choice is discontinuous in its scores: two equally correct
 runs may route a near-tied (or exactly tied) token differently, and the comparison must tell that
-apart from a wrong number. ``architectures.py`` decides when to use them."""
+apart from a wrong number. ``arch_checks.py`` decides when to use them."""
 from __future__ import annotations
 
 import contextlib

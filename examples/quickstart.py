@@ -1,19 +1,24 @@
 """Quick start: compile a small model with backend="neuron", check it against eager, and look at
 what was generated — an NKI kernel, the host wrapper, and the compile-cache entry they live in.
 
-    python examples/quickstart.py
+    python examples/quickstart.py                                    # about 5 s
+    NEURON_INDUCTOR_CACHE_DIR=/tmp/qs python examples/quickstart.py  # keep the cache to browse it
 
-No Trainium needed: without one, the kernels run in neuron_inductor's NKI simulator.
+No Trainium needed: without one, the kernels run in neuron_inductor's NKI simulator. The demo's
+compile cache is a temporary directory, removed at the end, unless you name one.
 """
 import os
+import shutil
 import tempfile
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Keep the demo's cache separate from yours (delete this line to use ~/.cache/neuron_inductor).
-os.environ.setdefault("NEURON_INDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="neuron_quickstart_"))
+# Keep the demo's cache separate from yours, and remove it afterwards, unless you name one.
+OWN_CACHE = "NEURON_INDUCTOR_CACHE_DIR" not in os.environ
+if OWN_CACHE:
+    os.environ["NEURON_INDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="neuron_quickstart_")
 
 
 class TinyMLP(nn.Module):
@@ -36,15 +41,18 @@ def main() -> None:
     out = compiled(x)
     out.sum().backward()                                   # the backward graph is compiled too
 
-    ref = model(x.detach())
+    x_eager = x.detach().clone().requires_grad_(True)
+    ref = model(x_eager)
+    ref.sum().backward()
+    # fp32 on both sides: only the order of the sums differs
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    print(f"forward matches eager: max |diff| = {(out - ref).abs().max().item():.2e}")
+    torch.testing.assert_close(x.grad, x_eager.grad, rtol=1e-5, atol=1e-5)
+    print(f"forward and input gradient match eager: max |diff| = {(out - ref).abs().max().item():.2e}, "
+          f"{(x.grad - x_eager.grad).abs().max().item():.2e}")
 
     from neuron_inductor import stats as ni_stats
     from neuron_inductor.cache import Store, default_root, stats
-    print(f"graphs compiled: {ni_stats.compiled()['graphs_compiled']}, kernels generated: "
-          f"{ni_stats.compiled()['kernels_generated']} (from {ni_stats.compiled()['aten_ops']} ATen ops), "
-          f"fallbacks: {sum(ni_stats.fallback_ops().values())}")
+    print(f"neuron backend: {ni_stats.summary()}")
 
     root = default_root()
     entries = sorted(Store(root).entries(), key=lambda e: e.created)
@@ -57,8 +65,16 @@ def main() -> None:
     end = kernels.find("@nki.jit", first + 1)
     print("\nthe first generated NKI kernel of the forward graph:\n")
     print(kernels[first:end if end > 0 else None].rstrip())
-    print("\nbrowse everything with:  neuron-inductor cache list --cache-dir", root)
+    if OWN_CACHE:
+        print("\n(removing the demo's cache; run with NEURON_INDUCTOR_CACHE_DIR=DIR to keep it and browse it "
+              "with `neuron-inductor cache list --cache-dir DIR`)")
+    else:
+        print("\nbrowse everything with:  neuron-inductor cache list --cache-dir", root)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        if OWN_CACHE:
+            shutil.rmtree(os.environ["NEURON_INDUCTOR_CACHE_DIR"], ignore_errors=True)

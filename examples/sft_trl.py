@@ -1,21 +1,23 @@
-"""Supervised fine-tuning with TRL's SFTTrainer on the neuron backend, padded to 128-token buckets.
+"""Supervised fine-tuning with TRL's SFTTrainer on the neuron backend, padded to 128-token buckets,
+checked against the same run eagerly.
 
     python examples/sft_trl.py            # 10 steps
     python examples/sft_trl.py --smoke    # 2 steps (also: NEURON_INDUCTOR_SMOKE=1)
 
 ``pad_to_multiple_of=128`` is TRL's Neuron setting: every batch is one of a few shapes, each
-compiled once. Offline: a word-level tokenizer built in memory, a tiny random Llama, synthetic text.
+compiled once. The same fine-tuning runs eagerly (from the same weights and from weights one ulp
+apart, for eager's own spread); the compiled run's logged losses and trained weights must match it.
+Offline: a word-level tokenizer built in memory, a tiny random Llama, synthetic text.
 """
-import os
-import sys
-
 import datasets
 import torch
+from _proof import compare_training, nudge_, scratch_dir, smoke
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
-SMOKE = "--smoke" in sys.argv or os.environ.get("NEURON_INDUCTOR_SMOKE") == "1"
+STEPS = 2 if smoke() else 10
+LR = 1e-3
 VOCAB = 128
 
 
@@ -33,21 +35,29 @@ def texts(n: int) -> list[str]:
             for i in range(n)]
 
 
-def main() -> None:
+def train(compiled: bool, nudge: bool = False) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Fine-tune a fresh model (same seed every time); return the logged losses and the weights."""
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, bos_token_id=1,
                       eos_token_id=2)
-    args = SFTConfig(output_dir="/tmp/neuron_sft", max_steps=2 if SMOKE else 10,
-                     per_device_train_batch_size=2, learning_rate=1e-3, logging_steps=1,
-                     report_to="none", save_strategy="no", use_cpu=True, max_length=128,
-                     pad_to_multiple_of=128, torch_compile=True, torch_compile_backend="neuron")
-    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, processing_class=tokenizer(),
-                         train_dataset=datasets.Dataset.from_dict({"text": texts(32)}))
-    trainer.train()
+    model = LlamaForCausalLM(cfg)
+    if nudge:
+        nudge_(model)
+    with scratch_dir("neuron_sft_") as out:
+        args = SFTConfig(output_dir=out, max_steps=STEPS, per_device_train_batch_size=2, learning_rate=LR,
+                         logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                         max_length=128, pad_to_multiple_of=128, torch_compile=compiled,
+                         torch_compile_backend="neuron" if compiled else None)
+        trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer(),
+                             train_dataset=datasets.Dataset.from_dict({"text": texts(32)}))
+        trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    print(f"losses: {[round(x, 4) for x in losses]}")
-    assert all(x == x and abs(x) != float("inf") for x in losses), "non-finite loss"
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def main() -> None:
+    compare_training(train, STEPS)
 
 
 if __name__ == "__main__":
