@@ -203,7 +203,7 @@ def test_benchmarks_import_no_other_benchmark_script():
     e.g. ``_models.py``, ``arch_checks.py``), never another script, and helpers import no script;
     no module in benchmarks/ shares its name with an installed top-level package (a script run from
     benchmarks/ would shadow it for every library that imports it)."""
-    import importlib.util
+    import importlib.machinery
     import sys
 
     mods = {p.stem: p for p in BENCH.glob("*.py")}
@@ -212,14 +212,12 @@ def test_benchmarks_import_no_other_benchmark_script():
                  for dep in _bench_imports(p) & scripts if dep != name)
     assert not bad, bad
     repo = PKG.parent.resolve()
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if repo not in Path(p or ".").resolve().parents
-                   and Path(p or ".").resolve() != repo]
-    try:
-        shadowing = sorted(n for n in mods if n in sys.stdlib_module_names or (
-            not n.startswith("_") and importlib.util.find_spec(n) is not None))
-    finally:
-        sys.path[:] = saved
+    # PathFinder searches the given path only: a benchmark module another test already imported
+    # (it is then in sys.modules) must not count as an installed package.
+    path = [p for p in sys.path if repo not in Path(p or ".").resolve().parents
+            and Path(p or ".").resolve() != repo]
+    shadowing = sorted(n for n in mods if n in sys.stdlib_module_names or (
+        not n.startswith("_") and importlib.machinery.PathFinder.find_spec(n, path) is not None))
     assert not shadowing, f"benchmarks/ modules named like installed packages: {shadowing}"
 
 
