@@ -111,10 +111,11 @@ class Built:
 # ----------------------------------------------------------------------------- stages
 
 def passes(job: GraphJob) -> Prepared:
-    """FX cleanups and rewrites, in ``graph.passes.PASSES`` order (the cache key was taken before)."""
-    from .graph.passes import run_passes
+    """FX cleanups and rewrites, in ``graph.passes.PASSES`` order (the cache key was taken before), on
+    a copy: ``job.gm`` stays runnable eagerly, the declared fallback of a graph that fails later."""
+    from .graph.passes import run_passes, working_copy
 
-    return Prepared(job, run_passes(job.gm, job.cfg))
+    return Prepared(job, run_passes(working_copy(job.gm), job.cfg))
 
 
 def partition(p: Prepared) -> Partitioned:

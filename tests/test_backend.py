@@ -178,3 +178,24 @@ def test_pipeline_verifies_the_host_program(monkeypatch):
     torch.testing.assert_close(_run(lambda x: x.exp() * 3, x, options={"fallback": "error", "cache": False}),
                                x.exp() * 3)
     assert len(seen) == 1
+
+
+def test_the_pipeline_leaves_the_traced_graph_runnable(monkeypatch):
+    """A graph that fails to compile runs eagerly from the graph AOTAutograd traced, so the passes
+    rewrite a copy: before, they rewrote it in place and a backward graph whose lowering failed ran
+    the rewritten graph, which eager could not run ("view size is not compatible", gemma3n_text)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from neuron_inductor import pipeline
+    from neuron_inductor.config import Config
+
+    def f(x, y):  # the two sin(x) are merged by CSE, the permuted copy of the cat is rewritten
+        return torch.cat([x.sin(), y], 0).permute(1, 0).clone() + x.sin().sum()
+
+    x, y = torch.randn(3, 4), torch.randn(2, 4)
+    gm = make_fx(f)(x, y)
+    before = gm.code
+    prepared = pipeline.run(pipeline.job_for(gm, Config()), until="passes")
+    assert prepared.gm is not gm and prepared.gm.code != before  # the passes did rewrite something
+    assert gm.code == before
+    torch.testing.assert_close(gm(x, y), f(x, y))

@@ -195,7 +195,22 @@ PASSES: list[Callable[[fx.GraphModule, Config | None], None]] = [
 ]
 
 
+def working_copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """A graph module with its own copy of ``gm``'s graph (node metadata copied shallowly, attributes
+    and submodules shared). Some passes leave a graph that only our lowering can run (e.g.
+    ``cat_into_permuted_layout`` changes which layout an op produces); ``gm`` itself must stay the
+    graph AOTAutograd traced, because a graph that fails to compile runs eagerly from it."""
+    g = fx.Graph(tracer_cls=gm.graph._tracer_cls)
+    g._codegen = gm.graph._codegen
+    out, old_out = g.graph_copy(gm.graph, {}, return_output_node=True)
+    g.output(out, type_expr=getattr(old_out, "type", None)).meta = dict(old_out.meta)
+    copy = fx.GraphModule(gm, g, gm.__class__.__name__)
+    copy.meta = dict(gm.meta)
+    return copy
+
+
 def run_passes(gm: fx.GraphModule, cfg: Config | None = None) -> fx.GraphModule:
+    """Run :data:`PASSES` on ``gm`` in place (see :func:`working_copy` for a copy to rewrite)."""
     for p in PASSES:
         p(gm, cfg)
     gm.graph.lint()
