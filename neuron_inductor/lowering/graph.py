@@ -113,6 +113,9 @@ class GraphLowering:
         self._n_kernels = 0
         self._n_vals = 0
         self._densified: set[fx.Node] = set()  # outputs whose gapped layout was made contiguous
+        #: kernel results (buffers of their own, at offset 0) -> the storage offset of the traced
+        #: value (``aten.copy`` of a slice keeps the slice's): views of them are placed relative to it
+        self._traced_base: dict[fx.Node, int] = {}
 
     def _fresh(self, prefix: str) -> str:
         self._n_vals += 1
@@ -127,7 +130,10 @@ class GraphLowering:
         m = meta_of(val(a))
         if root in self._densified:  # given contiguous strides (see _gapless): read it through those
             m = rm if a is root else _view_of_dense(a, root, rm)
-        rel = TensorMeta(m.size, m.stride, m.storage_offset - rm.storage_offset, m.dtype)
+            base = rm.storage_offset
+        else:  # a kernel result's buffer starts at the value, wherever the traced value started
+            base = self._traced_base.get(root, rm.storage_offset)
+        rel = TensorMeta(m.size, m.stride, m.storage_offset - base, m.dtype)
         return Source(self.host[root], rel, rm.extent, rm.dtype)
 
     def host_value(self, a: fx.Node) -> str:
@@ -314,6 +320,7 @@ class GraphLowering:
                 names.append(name)
                 self.host[o] = name
                 self.host_meta[o] = out_meta[o]
+                self._traced_base[o] = int(val(o).storage_offset())
                 metas.append(out_meta[o])
             # mutated inputs come back too; their host name stays the input's
             for o in outs:

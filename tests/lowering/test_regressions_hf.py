@@ -107,3 +107,34 @@ def test_views_of_a_copy_whose_gapped_layout_was_made_dense():
     for o, r in zip(out, f(x, w)):
         torch.testing.assert_close(o, r)
     assert not stats.fallback_ops(), dict(stats.fallback_ops())
+
+
+def test_views_of_a_kernel_result_whose_traced_value_starts_inside_its_storage():
+    """gemma3n_text's ``corrected_predictions[1:] += first_prediction``: in the backward graph,
+    ``aten.copy(slice, x)`` keeps the slice's storage offset (130 x 64 x 2 elements in). The kernel
+    result is a buffer of its own starting at the value, but its consumers were placed at the traced
+    offset: the IR verifier refused a read past the end of the buffer and the graph fell back."""
+    def f(x, y):
+        z = x * 2
+        z[1:] += y
+        return (z * z).sum()
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 2, 130, 64, generator=g, requires_grad=True)
+    y = torch.randn(2, 130, 64, generator=g, requires_grad=True)
+    ref = torch.autograd.grad(f(x, y), (x, y))
+    torch._dynamo.reset()
+    stats.reset("compile")
+    got = torch.autograd.grad(torch.compile(f, backend="neuron", options={"fallback": "error"})(x, y), (x, y))
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    assert stats.compiled()["graph_fallbacks"] == 0
+
+    def view_of_copy(x, y):  # the forward form: a slice of such a result, read by the next kernel
+        c = torch.ops.aten.copy.default(x[1:], y)
+        return c[:, 1:] * 3 + 1
+
+    x2, y2 = torch.randn(3, 4, 5, generator=g), torch.randn(2, 4, 5, generator=g)
+    torch._dynamo.reset()
+    out = torch.compile(view_of_copy, backend="neuron", options={"fallback": "error"})(x2, y2)
+    torch.testing.assert_close(out, view_of_copy(x2, y2))
