@@ -11,7 +11,7 @@ embedding backward becomes a one-hot matmul on TensorE instead of a scatter-add.
 from __future__ import annotations
 
 import functools
-
+import math
 from typing import Callable
 
 import torch
@@ -97,7 +97,13 @@ def embedding_dense_backward(grad: torch.Tensor, indices: torch.Tensor, num_weig
                              padding_idx: int, scale_grad_by_freq: bool):
     """d(weight) = onehot(indices)^T @ grad: a TensorE matmul (duplicates accumulate for free).
     ``grad`` may arrive with permuted strides (the gradient of ``embedding(...).permute(...)``), so
-    it is reshaped to rows, which copies where no view exists."""
+    it is reshaped to rows, which copies where no view exists.
+
+    Eager adds each gradient row into its token's row only, so a NaN or inf reaches just the rows of
+    the tokens it came from; in the matmul every row would take ``0 * NaN``. The matmul therefore
+    runs on the finite values, and a second one counts, per weight element, the +inf and -inf (a NaN
+    counts as both) that eager's sum would add: both -> NaN, one -> that infinity (the counts are
+    exact integers in PSUM's fp32; only their sign is read)."""
     if scale_grad_by_freq:
         return NotImplemented
     d = grad.shape[-1]
@@ -106,9 +112,20 @@ def embedding_dense_backward(grad: torch.Tensor, indices: torch.Tensor, num_weig
     onehot = aten.eq.Tensor(flat_idx, iota)
     if padding_idx >= 0:
         onehot = aten.logical_and.default(onehot, aten.ne.Scalar(flat_idx, padding_idx))
-    onehot = aten._to_copy.default(onehot, dtype=grad.dtype)
+    onehot_t = aten.permute.default(aten._to_copy.default(onehot, dtype=grad.dtype), [1, 0])
     g = aten.reshape.default(grad, [-1, d])
-    return aten.mm.default(aten.permute.default(onehot, [1, 0]), g)
+    finite = aten.isfinite.default(g)
+    out = aten.mm.default(onehot_t, aten.where.self(finite, g, aten.zeros_like.default(g)))
+    nan = aten.isnan.default(g)
+    up = aten.logical_or.default(nan, aten.eq.Scalar(g, math.inf))
+    down = aten.logical_or.default(nan, aten.eq.Scalar(g, -math.inf))
+    flags = aten._to_copy.default(aten.cat.default([up, down], 1), dtype=grad.dtype)
+    counts = aten.mm.default(onehot_t, flags)
+    up_n = aten.gt.Scalar(aten.slice.Tensor(counts, 1, 0, d), 0)
+    down_n = aten.gt.Scalar(aten.slice.Tensor(counts, 1, d, 2 * d), 0)
+    out = aten.where.ScalarSelf(down_n, -math.inf, out)
+    out = aten.where.ScalarSelf(up_n, math.inf, out)
+    return aten.where.ScalarSelf(aten.logical_and.default(up_n, down_n), math.nan, out)
 
 
 def _var_and_mean(x: torch.Tensor, dim, correction, keepdim: bool):

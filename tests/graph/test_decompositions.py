@@ -105,3 +105,28 @@ def test_copy_into_a_transposed_buffer_compiles_with_no_fallback():
         return buf.sum(-1) + buf[..., 0]
     x = torch.randn(2, 3, 130, 7)
     check(f, x, fallback="error")
+
+
+def test_embedding_backward_keeps_non_finite_gradients_in_their_tokens_rows():
+    """gemma3n_text's eager gradients are NaN at padded positions (``mean(h**2) ** 0.5`` of a zero
+    row); eager's embedding backward adds them into those tokens' rows only (not the padding_idx
+    row). The one-hot matmul spread ``0 * NaN`` into every row of the weight gradient."""
+    import math
+
+    def f(w, idx):
+        return torch.nn.functional.embedding(idx, w, padding_idx=0)
+
+    idx = torch.tensor([[0, 3, 5, 3, 7], [9, 0, 5, 11, 2]])
+    for dt in (torch.float32, torch.bfloat16):
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(40, 24, generator=g).to(dt).requires_grad_()
+        up = torch.randn(2, 5, 24, generator=g).to(dt)
+        up[0, 1, 2] = up[0, 0, 1] = math.nan  # token 3 (twice), and the padding_idx row (dropped)
+        up[0, 2, 4], up[1, 2, 4] = math.inf, -math.inf  # token 5 twice: +inf and -inf -> NaN
+        up[0, 4, 6], up[1, 0, 7] = math.inf, -math.inf
+        ref, = torch.autograd.grad(f(w, idx), w, up)
+        torch._dynamo.reset()
+        out = torch.compile(f, backend="neuron", options={"fallback": "error", "cache": False})(w, idx)
+        got, = torch.autograd.grad(out, w, up)
+        assert ref.isnan().any() and ref.isinf().any() and ref.isfinite().any()
+        torch.testing.assert_close(got, ref, equal_nan=True)
