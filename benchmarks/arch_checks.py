@@ -149,11 +149,13 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 def _compare(name: str, got: torch.Tensor, expected: torch.Tensor, ref: torch.Tensor | None,
              tol: dict) -> str | None:
-    """None when ``got`` matches: fp32 (``ref`` None) elementwise within ``tol``; bf16 by error
-    against the fp32 ``ref`` no worse than BF16_FACTOR x eager bf16's own (+ BF16_FLOOR)."""
+    """None when ``got`` matches: fp32 (``ref`` None) elementwise within ``tol``, NaN where eager has
+    NaN (gemma3n_text's eager gradients are NaN on a padded batch: ``mean(h**2) ** 0.5`` of a zero
+    pad row); bf16 by error against the fp32 ``ref`` no worse than BF16_FACTOR x eager bf16's own
+    (+ BF16_FLOOR)."""
     if ref is None:
         try:
-            torch.testing.assert_close(got, expected, **tol)
+            torch.testing.assert_close(got, expected, equal_nan=True, **tol)
             return None
         except AssertionError:
             d = (got.double() - expected.double()).abs()
@@ -471,6 +473,7 @@ def check_generate(model: Any, ids: torch.Tensor, max_new_tokens: int = 4) -> di
                                   do_sample=False, cache_implementation="static", **kw)
     probe = compile_forward(model, options={"cache": False})
     data_dependent.reset()
+    failures_before = {code: len(r) for code, r in torch._dynamo.utils.guard_failures.items()}
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
@@ -478,22 +481,73 @@ def check_generate(model: Any, ids: torch.Tensor, max_new_tokens: int = 4) -> di
     finally:
         restore_forward(model)
     warned = [w for w in seen if "read from tensor data" in str(w.message)]
+    note = tie = ""
     try:
-        for i, (a, b) in enumerate(zip(got.logits, expected.logits)):
-            torch.testing.assert_close(a, b, **FWD_TOL, msg=lambda m, i=i: f"logits of step {i}: {m}")
-        assert torch.equal(got.sequences, expected.sequences), \
-            f"tokens differ:\n{got.sequences}\nvs eager\n{expected.sequences}"
+        try:
+            _same_generation(got, expected)
+        except AssertionError as first:
+            ties = _generate_with_lowest_index_ties(model, ids, max_new_tokens, kw)
+            if ties is None:
+                raise
+            try:
+                _same_generation(got, ties[0])
+            except AssertionError:
+                raise first from None
+            note = "tie"
+            tie = (f"{str(first).splitlines()[0]} [matches eager with exact topk ties "
+                   f"({sum(ties[1])} rows over {len(ties[1])} calls) taken lowest index first]")
         assert len(probe.graphs_after) == max_new_tokens, probe.graphs_after
-        note = growing_cache(model, expected)
-        note = f"{note}: a graph per length" if note else ""
-        if probe.decode_recompiles() and not note and len(warned) == 1:
-            note = "shapes from tensor data (.tolist()): a graph per value, one warning"
-        assert probe.decode_recompiles() == 0 or note, \
+        growing = growing_cache(model, expected)
+        recompiles_ok = bool(growing)
+        if growing:
+            note = f"{growing}: a graph per length" + (f"; {note}" if note else "")
+        elif probe.decode_recompiles() and len(warned) == 1:
+            recompiles_ok = True
+            note = "shapes from tensor data (.tolist()): a graph per value, one warning" + \
+                (f"; {note}" if note else "")
+        elif probe.decode_recompiles() == 1 and _state_strides_changed(failures_before):
+            recompiles_ok = True
+            note = "1 recompile: state strides (eager too)" + \
+                (f"; {note}" if note else "")
+        assert probe.decode_recompiles() == 0 or recompiles_ok, \
             f"decode steps recompiled: Dynamo graphs after each call {probe.graphs_after}" + \
             (f" ({len(warned)} data-dependence warnings)" if warned else " (no warning)")
     except AssertionError as e:
         return {"generate": str(e)}
-    return {"generate": None, "note": note}
+    return {"generate": None, "note": note, "router-tie": tie}
+
+
+def _state_strides_changed(before: dict) -> bool:
+    """Whether a guard failure since ``before`` (counts of Dynamo's recorded failures per code
+    object) is a stride mismatch of a tensor the model keeps on a module. recurrent_gemma keeps its
+    convolution state on the layer: prefill stores a padded (contiguous) tensor, decode a slice of
+    a concatenation (``conv_state[:, :, 1:]``), eagerly as well, so the second decode step meets
+    a stride guard of the first and compiles once more; the decode graph is stable after that."""
+    new = [r for code, reasons in torch._dynamo.utils.guard_failures.items()
+           for r in reasons[before.get(code, 0):]]
+    return any("stride mismatch" in r and "self._modules[" in r for r in new)
+
+
+def _same_generation(got: Any, expected: Any) -> None:
+    for i, (a, b) in enumerate(zip(got.logits, expected.logits)):
+        torch.testing.assert_close(a, b, **FWD_TOL, msg=lambda m, i=i: f"logits of step {i}: {m}")
+    assert torch.equal(got.sequences, expected.sequences), \
+        f"tokens differ:\n{got.sequences}\nvs eager\n{expected.sequences}"
+
+
+def _generate_with_lowest_index_ties(model: Any, ids: torch.Tensor, max_new_tokens: int,
+                                     kw: dict) -> tuple[Any, list[int]] | None:
+    """Eager's static-cache generation again with tied ``topk`` values taken lowest index first (the
+    order the compiler documents), and the tie counts per call; None when no ``topk`` call had an
+    exact tie at its k-th place (the two references then agree and a failure stands)."""
+    seen: list[int] = []
+    try:
+        with torch.no_grad(), _lowest_index_ties(seen):
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, cache_implementation="static", **kw)
+    except Exception:  # noqa: BLE001 - a rerun that cannot run keeps the original failure
+        return None
+    return (out, seen) if sum(seen) else None
 
 
 def growing_cache(model: Any, out: Any) -> str:
@@ -568,6 +622,8 @@ def run_arch(arch: str, checks: tuple[str, ...] = CHECKS, dtypes: tuple[str, ...
             err = out.get("generate", out.get("crash"))
             if out.get("note"):
                 res.gen_note = f", {out['note']}"
+            if out.get("router-tie"):
+                res.ties["generate"] = out["router-tie"][:2000]
             res.generate = err is None
             if err is not None:
                 res.errors["generate"] = err[:2000]
