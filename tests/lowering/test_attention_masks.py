@@ -1,4 +1,4 @@
-"""Attention with masked rows, forward and backward against eager (lowering/attention.py and the math
+"""Attention with masked rows, forward and backward against eager (lowering/attention/ and the math
 form in graph/decompositions.py).
 
 Eager SDPA on CPU runs torch's flash kernel for every 4-D case here (also with a mask, with
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from _ops import check_cases
 
-from neuron_inductor.lowering import attention as A
+from neuron_inductor.lowering.attention import forward as A
 
 F32, BF16 = torch.float32, torch.bfloat16
 

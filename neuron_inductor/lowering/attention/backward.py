@@ -5,20 +5,20 @@ PSUM bank that also holds S and dP): S recomputed, P = exp(scale*s - lse) straig
 logsumexp (0 on rows the forward left without keys, whose logsumexp is 0), dV += P^T dO, dP = dO V^T,
 dS = scale * P * (dP - D) with D = rowsum(dO * O) precomputed per query tile, dK += dS^T Q, and
 dQ += dS K accumulated in an SBUF fp32 buffer across key tiles (dS^T by a TensorE transpose). Masks,
-engines and the rules the instructions follow are the forward's (``attention.py``).
+engines and the rules the instructions follow are the forward's (``forward.py``).
 """
 from __future__ import annotations
 
 import torch.fx as fx
 
-from ..ir import HBMAccess, TileRegion
-from .attention import FLASH_BWD, PMAX, _T4, _args, _ctx, _in, _out, _results, unsupported
-from .builder import KernelBuilder, ceil_div
-from .layout import LoweringError, hw_dtype
-from .loops import maybe_loop
-from .registry import KernelContext, register_lowering
-from ..spec import ActFunc, AluOp, Engine
-from .transpose import tensor_transpose
+from ...ir import HBMAccess, TileRegion
+from .forward import FLASH_BWD, PMAX, _T4, _args, _ctx, _in, _out, _results, unsupported
+from ..builder import KernelBuilder, ceil_div
+from ..layout import LoweringError, hw_dtype
+from ..loops import maybe_loop
+from ..registry import KernelContext, register_lowering
+from ...spec import ActFunc, AluOp, Engine
+from ..transpose import tensor_transpose
 
 #: keys per backward block: one 128-key tile, so S | dP (2 x 128 fp32) and the group's dK | dV
 #: (2 x head dim fp32) share one PSUM bank and, with the bf16/fp16 transpose tile, a head holds two

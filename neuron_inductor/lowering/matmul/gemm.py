@@ -14,17 +14,18 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..config import Config
-from ..ir import HBMAccess, TileRegion
-from .builder import KernelBuilder, TVal, ceil_div
-from .fused import FusedEmitter, FusedGroup, Source
-from . import matmul_epilogue as epi_hoist
-from . import matmul_kstream as kstream
-from .fused_tiling import plan_tiles
-from .layout import LoweringError, hw_dtype, word_scale
-from .loops import maybe_loop, ragged
-from .registry import VIEWS, KernelContext, register_lowering
-from .transpose import tensor_transpose, tensor_transpose_exact
+from ...config import Config
+from ...ir import HBMAccess, TileRegion
+from ..builder import KernelBuilder, TVal, ceil_div
+from ..fused.emitter import FusedEmitter
+from ..fused.group import FusedGroup, Source
+from ..fused.tiling import plan_tiles
+from ..layout import LoweringError, hw_dtype, word_scale
+from ..loops import maybe_loop, ragged
+from ..registry import VIEWS, KernelContext, register_lowering
+from ..transpose import tensor_transpose, tensor_transpose_exact
+from . import epilogue as epi_hoist
+from . import kstream
 
 aten = torch.ops.aten
 
@@ -344,7 +345,7 @@ def lower_matmul(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
 def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: Source, ra: int, rb: int,
              M: int, N: int, K: int, in_dt: str, esz: int, bm: int, budget: int, epi: int,
              invariant: dict, whole: int) -> bool:
-    """Emit the K-streamed plan (``matmul_kstream``) when it moves fewer bytes than the resident-lhs
+    """Emit the K-streamed plan (``kstream``) when it moves fewer bytes than the resident-lhs
     plan with M blocks of ``bm`` row tiles; False leaves the kernel to that plan. The epilogue's
     row-invariant operands (``invariant``) are loaded once per column block, or once for the kernel
     (``whole`` SBUF bytes per partition) with the whole rhs resident."""

@@ -37,7 +37,7 @@ lengths allow (1 KiB DMA descriptors instead of one 256-byte row each), put back
 PSUM evictions; the logsumexp is finished and stored once per batch entry with the heads innermost,
 where torch keeps it contiguous.
 
-The backward kernel is in ``attention_bwd.py``.
+The backward kernel is in ``backward.py``.
 """
 from __future__ import annotations
 
@@ -47,14 +47,14 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from ..costmodel.instrs import instr_cost, make_evaluator
-from ..ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
-from ..spec import INSTRS, ActFunc, AluOp, Engine
-from ..target import common_limit
-from .builder import Emitter, KernelBuilder, ceil_div, instr_of
-from .loops import maybe_loop
-from .layout import LoweringError, broadcast_strides, hw_dtype, word_scale
-from .registry import KernelContext, register_lowering
+from ...costmodel.instrs import instr_cost, make_evaluator
+from ...ir import HBMAccess, HBMTensor, Instr, TensorMeta, Tile, TileRegion
+from ...spec import INSTRS, ActFunc, AluOp, Engine
+from ...target import common_limit
+from ..builder import Emitter, KernelBuilder, ceil_div, instr_of
+from ..loops import maybe_loop
+from ..layout import LoweringError, broadcast_strides, hw_dtype, word_scale
+from ..registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 #: partitions of a tile and columns of a PSUM score bank, from the target (the same on every target)
