@@ -68,10 +68,7 @@ LONG_FUNCTIONS: dict[str, int] = {
 }
 
 #: underscore names imported from another module of the package, by importing file (shrink only)
-PRIVATE_IMPORTS: dict[str, set[str]] = {
-    "neuron_inductor/lowering/attention/backward.py": {".forward:_T4", ".forward:_args", ".forward:_ctx",
-                                                       ".forward:_in", ".forward:_out", ".forward:_results"},
-}
+PRIVATE_IMPORTS: dict[str, set[str]] = {}
 
 #: classes with more than MAX_METHODS methods, with their current count (shrink only)
 MAX_METHODS = 20

@@ -12,13 +12,14 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ...ir import HBMAccess, TileRegion
-from .forward import FLASH_BWD, PMAX, _T4, _args, _ctx, _in, _out, _results, unsupported
 from ..builder import KernelBuilder, ceil_div
 from ..layout import LoweringError, hw_dtype
 from ..loops import maybe_loop
 from ..registry import KernelContext, register_lowering
 from ...spec import ActFunc, AluOp, Engine
 from ..transpose import tensor_transpose
+from .common import (FLASH_BWD, PMAX, HeadTensor, attn_ctx, call_args, call_results, head_input, head_output,
+                     unsupported)
 
 #: keys per backward block: one 128-key tile, so S | dP (2 x 128 fp32) and the group's dK | dV
 #: (2 x head dim fp32) share one PSUM bank and, with the bf16/fp16 transpose tile, a head holds two
@@ -37,7 +38,7 @@ def flash_bwd_supports(grad_out, q, k, v, out, lse, dropout_p: float, is_causal:
 @register_lowering(FLASH_BWD, kind="kernel", supports=flash_bwd_supports)
 def lower_flash_bwd(ctx: KernelContext, *args) -> None:
     n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
-    vals = _args(n, ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"],
+    vals = call_args(n, ["grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal"],
                  {"attn_mask": None, "scale": None})
     qv, kv, vv = (vals[x].meta["val"] for x in ("query", "key", "value"))
     mv = vals["attn_mask"].meta["val"] if vals["attn_mask"] is not None else None
@@ -46,16 +47,16 @@ def lower_flash_bwd(ctx: KernelContext, *args) -> None:
         raise LoweringError(f"flash attention backward: {why}")
     B, H, Sq, D = (int(x) for x in qv.shape)
     Sk = int(kv.shape[2])
-    ctx = _ctx(kb, sources, vals, (B, H, Sq, Sk), D)
-    go, q, k, v, o = (_in(kb, sources[vals[x]], tuple(vals[x].meta["val"].shape))
+    ctx = attn_ctx(kb, sources, vals, (B, H, Sq, Sk), D)
+    go, q, k, v, o = (head_input(kb, sources[vals[x]], tuple(vals[x].meta["val"].shape))
                       for x in ("grad_out", "query", "key", "value", "out"))
     lse_src = sources[vals["logsumexp"]]
     if tuple(lse_src.meta.size) != (B, H, Sq) or lse_src.base_dtype != "float32":
         raise LoweringError("logsumexp layout")
-    lse = _T4(kb.param(lse_src.host, lse_src.base_extent, "float32"), lse_src.meta.storage_offset,
+    lse = HeadTensor(kb.param(lse_src.host, lse_src.base_extent, "float32"), lse_src.meta.storage_offset,
               tuple(lse_src.meta.stride) + (1,))
-    res = _results(n, out_tensors, out_meta)
-    outs = {i: _out(*res[i]) for i in res}
+    res = call_results(n, out_tensors, out_meta)
+    outs = {i: head_output(*res[i]) for i in res}
     g_dt = next(iter(res.values()))[0].dtype
     dt = hw_dtype(sources[vals["query"]].base_dtype)
     nq = ceil_div(Sq, PMAX)
