@@ -36,6 +36,8 @@ The backward kernel is in ``backward.py``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...costmodel.instrs import instr_cost, make_evaluator
 from ...ir import HBMAccess, Instr, Tile, TileRegion
 from ...spec import ActFunc, AluOp, Engine
@@ -43,7 +45,7 @@ from ..builder import Emitter, KernelBuilder, ceil_div
 from ..loops import maybe_loop
 from ..layout import LoweringError, hw_dtype
 from ..registry import KernelContext, register_lowering
-from .common import (BLOCKS_PER_BANK, DEAD, FLASH_FWD, HARD, NMAX, PMAX, HeadTensor, attn_ctx, call_args,
+from .common import (BLOCKS_PER_BANK, DEAD, FLASH_FWD, HARD, NMAX, PMAX, AttnCtx, HeadTensor, attn_ctx, call_args,
                      call_results, copy_instr, head_input, head_output, transpose_instr, unsupported)
 
 #: keys per online-softmax step of the forward: two PSUM banks of fp32 scores, reused for P^T and the
@@ -148,11 +150,75 @@ def flash_supports(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, 
     return unsupported(q, k, v, dropout_p, attn_mask) or True
 
 
+@dataclass(frozen=True)
+class FwdPlan:
+    """The forward kernel's shape and how it spends PSUM, decided before any instruction is emitted."""
+
+    B: int
+    H: int
+    Sq: int
+    Sk: int
+    D: int
+    dt: str        # matmul operands: the inputs' own precision
+    out_dt: str
+    step: int      # keys per online-softmax step
+    nb: int        # PSUM banks of scores per set
+    low: bool      # bf16/fp16 operands: P^T and Q^T/K^T are identity matmuls into the fp32 score banks
+    nsets: int     # sets of score banks in PSUM at once
+    tri: bool      # causal alone: the diagonal mask is a matmul into PSUM
+    wmax: int      # causal: a query tile with at most this many keys takes them in one step
+    nsb: int       # query tiles in flight in SBUF
+
+    @property
+    def nq(self) -> int:
+        return ceil_div(self.Sq, PMAX)
+
+    @property
+    def nk(self) -> int:
+        return ceil_div(self.Sk, PMAX)
+
+    @property
+    def nring(self) -> int:
+        """PSUM banks in the ring of score banks."""
+        return self.nsets * self.nb
+
+    @property
+    def nbmax(self) -> int:
+        """Score banks of the widest query tile (one row-max column each in its stats tile)."""
+        return ceil_div(self.wmax, NMAX)
+
+    def describe(self, causal: bool) -> str:
+        return (f"flash attention forward [{self.B}x{self.H}] q {self.Sq} x k {self.Sk} x d {self.D} ({self.dt}); "
+                f"128-query tiles, keys in steps of {self.step} ({self.nb} PSUM bank(s) of scores, reused for P^T "
+                f"and the output{f' (transposes of {self.dt} blocks as identity matmuls)' if self.low else ''}), "
+                f"{self.nsb} query tile(s) in flight"
+                f"{' (causal: whole tiles up to %d keys)' % self.wmax if causal else ''}; "
+                f"row sums from a ones column of V, 1/rowsum at the end; "
+                f"{'causal blocks skipped, diagonal mask added on TensorE; ' if causal else ''}"
+                f"evictions balanced between VectorE and ScalarE")
+
+
+def plan_fwd(ctx: AttnCtx, psum_banks: int, shape: tuple[int, int, int, int, int], dt: str, out_dt: str) -> FwdPlan:
+    """The forward's plan for ``shape`` = (B, H, Sq, Sk, D) on a target with ``psum_banks`` banks."""
+    B, H, Sq, Sk, D = shape
+    nk = ceil_div(Sk, PMAX)
+    step = min(KEY_STEP, nk * PMAX)
+    nb = ceil_div(step, NMAX)
+    # with bf16/fp16 operands P^T and Q^T/K^T are identity matmuls into the fp32 score banks
+    # (``transpose_instr``), so a set holds only its score banks
+    nsets = max(1, min(FWD_SETS, psum_banks // nb))
+    # causal: a query tile whose keys fit WHOLE_BANKS banks takes them in one step (no rescaling)
+    wmax = max(step, min(min(WHOLE_BANKS, nsets * nb) * NMAX, nk * PMAX)) if ctx.causal else step
+    return FwdPlan(B, H, Sq, Sk, D, dt, out_dt, step, nb, dt != "float32", nsets,
+                   ctx.causal and ctx.mask is None, wmax, CAUSAL_SETS if ctx.causal else nsets)
+
+
 @register_lowering(FLASH_FWD, kind="kernel", supports=flash_supports)
 def lower_flash_fwd(ctx: KernelContext, *args) -> None:
+    """Check the case, plan it (:func:`plan_fwd`) and emit it (:class:`FwdEmitter`)."""
     n, sources, kb, out_tensors, out_meta, cfg = ctx.unpack()
     vals = call_args(n, ["query", "key", "value", "dropout_p", "is_causal"],
-                 {"dropout_p": 0.0, "is_causal": False, "attn_mask": None, "scale": None})
+                     {"dropout_p": 0.0, "is_causal": False, "attn_mask": None, "scale": None})
     qn, kn, vn = vals["query"], vals["key"], vals["value"]
     qv, kv, vv = (x.meta["val"] for x in (qn, kn, vn))
     mv = vals["attn_mask"].meta["val"] if vals["attn_mask"] is not None else None
@@ -161,103 +227,251 @@ def lower_flash_fwd(ctx: KernelContext, *args) -> None:
         raise LoweringError(f"flash attention: {why}")
     B, H, Sq, D = (int(x) for x in qv.shape)
     Sk = int(kv.shape[2])
-    shape4 = (B, H, Sq, Sk)
-    ctx = attn_ctx(kb, sources, vals, shape4, D)
+    actx = attn_ctx(kb, sources, vals, (B, H, Sq, Sk), D)
     q, k, v = (head_input(kb, sources[x], tuple(x.meta["val"].shape)) for x in (qn, kn, vn))
     res = call_results(n, out_tensors, out_meta)
     out = head_output(*res[0]) if 0 in res else None
     lse = head_output(*res[1]) if 1 in res else None
     out_dt = res[0][0].dtype if 0 in res else "float32"
-    dt = hw_dtype(sources[qn].base_dtype)           # matmul operands: the inputs' own precision
-    nq, nk = ceil_div(Sq, PMAX), ceil_div(Sk, PMAX)
-    step = min(KEY_STEP, nk * PMAX)
-    nb = ceil_div(step, NMAX)                        # PSUM banks of scores per set
-    # with bf16/fp16 operands P^T and Q^T/K^T are identity matmuls into the fp32 score banks
-    # (``transpose_instr``), so a set holds only its score banks
-    low = dt != "float32"
-    nsets = max(1, min(FWD_SETS, kb.target.psum_banks // nb))
-    tri = ctx.causal and ctx.mask is None            # causal alone: the mask is a matmul into PSUM
-    # causal: a query tile whose keys fit WHOLE_BANKS banks takes them in one step (no rescaling)
-    nring = nsets * nb                               # PSUM banks in the ring of score banks
-    wmax = max(step, min(min(WHOLE_BANKS, nring) * NMAX, nk * PMAX)) if ctx.causal else step
-    nbmax = ceil_div(wmax, NMAX)
-    nsb = CAUSAL_SETS if ctx.causal else nsets
-    kb.plan = (f"flash attention forward [{B}x{H}] q {Sq} x k {Sk} x d {D} ({dt}); 128-query tiles, keys in "
-               f"steps of {step} ({nb} PSUM bank(s) of scores, reused for P^T and the output"
-               f"{f' (transposes of {dt} blocks as identity matmuls)' if low else ''}), "
-               f"{nsb} query tile(s) in flight{' (causal: whole tiles up to %d keys)' % wmax if ctx.causal else ''}; "
-               f"row sums from a ones column of V, 1/rowsum at the end; "
-               f"{'causal blocks skipped, diagonal mask added on TensorE; ' if ctx.causal else ''}"
-               f"evictions balanced between VectorE and ScalarE")
-    bal = _Balance(kb)
-    ident = trim = None
-    if tri or low:   # identity (and the strict upper triangle, -HARD where key > query), built once
-        ident = kb.tile((PMAX, PMAX), dt, prefix="ident")
-        kb.iota(ident.region(PMAX, PMAX), pattern=[[1, PMAX]], offset=0, channel_multiplier=-1)
-        if tri:
-            trim = kb.tile((PMAX, PMAX), dt, prefix="tri")
-            kb.tensor_scalar(trim.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0, operand1=-HARD,
-                             op0=AluOp.greater, op1=AluOp.multiply)
-        kb.tensor_scalar(ident.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0, op0=AluOp.equal)
-    # -scale in a column: GpSimd may multiply two tiles (tensor_tensor) but not a tile by a constant
-    # (tensor_scalar there is rsqrt only), so -scale * m stays off the busy VectorE / ScalarE
-    negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
-    kb.memset(negs.region(PMAX, 1), value=float(-ctx.scale), engine=Engine.gpsimd)
-    with maybe_loop(kb, B, "affine", "b") as b:
-        # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
-        # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
-        # spanning the heads moves more than 4 bytes per descriptor
-        lsecols = None
-        if lse is not None:
-            lsecols = tuple(kb.tile((PMAX, nq, H), "float32", prefix=f"lse_{x}") for x in "lm")
-            if Sq % PMAX:   # rows past the last tile's queries are never written: keep them finite
-                kb.memset(lsecols[0].region(PMAX, nq, H), value=1.0, engine=Engine.gpsimd)
-                kb.memset(lsecols[1].region(PMAX, nq, H), value=0.0, engine=Engine.gpsimd)
-        with maybe_loop(kb, H, "affine", "h") as h:
-            # PSUM: a ring of score banks (each with its P^T tile in SBUF); a query tile takes the next
-            # banks of the ring, so tiles of different widths (causal) share PSUM as they need it
-            ring = [kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nring)]
-            rpts = [kb.tile((PMAX, NMAX), dt, prefix="pt") for _ in range(nring)]
-            rp = [kb.tile((PMAX, NMAX), dt, prefix="p") for _ in range(nring)]
-            rssb = [kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nring)] if ctx.mask else None
-            sets = [dict(
-                ident=ident if low else None, negs=negs,
-                bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
-                tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
-                st=kb.tile((PMAX, 8 + nbmax), "float32", prefix="stats"),
-                osb=kb.tile((PMAX, D + 1), "float32", prefix="o_acc"),
-                oout=kb.tile((PMAX, D), out_dt, prefix="o_sb")) for _ in range(nsb)]
-            # K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one tile
-            # each, so a query tile waits only for the groups it reads); V carries a ones column, so P [V | 1]
-            # also yields the row sums
-            per = BLOCKS_PER_BANK
-            kT, vr = [], []
-            rk, rq = _rows_per_partition(k, Sk, D), _rows_per_partition(q, Sq, D)
-            for g in range(ceil_div(nk, per)):
-                tp = (ring[(g % nsets) * nb + (g // nsets) % nb], 0)
-                kT.append(_load_group_T(kb, bal, k, b, h, NMAX * g, min(NMAX, Sk - NMAX * g), D, dt, tp, rk,
-                                        sets[0]["ident"]))
-                vr.append(kb.tile((PMAX, per * (D + 1)), dt, prefix="v_rows"))
-                kb.memset(vr[-1].region(PMAX, per * (D + 1)), value=1.0, engine=Engine.gpsimd)
-                for j in range(g * per, min(nk, (g + 1) * per)):
-                    cols, jj = min(PMAX, Sk - PMAX * j), j - g * per
-                    kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
-            qTs = {}
-            c = 0
-            for i in range(nq):
-                w = _tile_step(ctx, i, Sq, Sk, step, wmax)
-                banks = [c + j for j in range(ceil_div(w, NMAX))]
-                c += len(banks)
-                ts = dict(sets[i % nsb], s=[ring[x % nring] for x in banks], p=[rp[x % nring] for x in banks],
-                          pts=[rpts[x % nring] for x in banks], ssb=[rssb[x % nring] for x in banks] if rssb else None)
-                qg = i // per
-                if qg not in qTs:   # Q^T of this tile's 512 queries, transposed in the last bank it uses
-                    qTs[qg] = _load_group_T(kb, bal, q, b, h, NMAX * qg, min(NMAX, Sq - NMAX * qg), D, dt,
-                                            _tp(ts, len(banks) - 1), rq, sets[0]["ident"])
-                _fwd_qtile(kb, ctx, bal, ts, qTs[qg], out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk,
-                           D, w)
-        if lse is not None:
-            _store_lse(kb, ctx, bal, lse, lsecols, b, Sq, nq, H)
+    plan = plan_fwd(actx, kb.target.psum_banks, (B, H, Sq, Sk, D), hw_dtype(sources[qn].base_dtype), out_dt)
+    kb.plan = plan.describe(actx.causal)
+    FwdEmitter(kb, actx, plan, (q, k, v), out, lse).emit()
+
+
+class _Stats:
+    """A query tile's float32 statistics columns: 0, 1 -scale * running max (ping-pong), 2 this
+    step's max, 3 l, 4 alpha / 1/l, 8.. per-bank max. Only -scale * m is kept: it is the exp's bias,
+    and -scale * max(a, b) = min(-scale * a, -scale * b) exactly (rounding is monotonic), so one
+    tensor_scalar per step folds the new maximum into it."""
+
+    def __init__(self, tile: Tile, rows: int) -> None:
+        self.tile, self.rows = tile, rows
+        self.negms = [self.col(0), self.col(1)]
+        self.mstep, self.alpha = self.col(2), self.col(4)
+
+    def col(self, c: int) -> TileRegion:
+        return TileRegion(self.tile, (0, c), (self.rows, 1))
+
+
+class FwdEmitter:
+    """Emits the forward kernel of a :class:`FwdPlan`: constants once, then per (batch, head) the
+    PSUM ring, the K^T / V groups and every query tile (:meth:`qtile`)."""
+
+    def __init__(self, kb: KernelBuilder, ctx: AttnCtx, plan: FwdPlan, qkv: tuple[HeadTensor, ...],
+                 out: HeadTensor | None, lse: HeadTensor | None) -> None:
+        self.kb, self.ctx, self.plan = kb, ctx, plan
+        self.q, self.k, self.v = qkv
+        self.out, self.lse = out, lse
+        self.bal = _Balance(kb)
+        self.ident: Tile | None = None
+        self.trim: Tile | None = None
+        self.negs: Tile | None = None
+        #: the batch entry's logsumexp inputs (1 / l, -scale * m) as [query, tile, head] columns
+        self.lsecols: tuple[Tile, Tile] | None = None
+
+    def emit(self) -> None:
+        kb, p = self.kb, self.plan
+        self._constants()
+        with maybe_loop(kb, p.B, "affine", "b") as b:
+            # logsumexp inputs (l, m) of every (query, head) of this batch entry gathered as [query, tile, head]
+            # and finished and stored once: torch's logsumexp is head-minor in memory, so only a store
+            # spanning the heads moves more than 4 bytes per descriptor
+            self.lsecols = None
+            if self.lse is not None:
+                self.lsecols = tuple(kb.tile((PMAX, p.nq, p.H), "float32", prefix=f"lse_{x}") for x in "lm")
+                if p.Sq % PMAX:   # rows past the last tile's queries are never written: keep them finite
+                    kb.memset(self.lsecols[0].region(PMAX, p.nq, p.H), value=1.0, engine=Engine.gpsimd)
+                    kb.memset(self.lsecols[1].region(PMAX, p.nq, p.H), value=0.0, engine=Engine.gpsimd)
+            with maybe_loop(kb, p.H, "affine", "h") as h:
+                self._head(b, h)
+            if self.lse is not None:
+                _store_lse(kb, self.ctx, self.bal, self.lse, self.lsecols, b, p.Sq, p.nq, p.H)
+
+    def _constants(self) -> None:
+        """The identity (and the strict upper triangle, -HARD where key > query), built once, and
+        -scale in a column: GpSimd may multiply two tiles (tensor_tensor) but not a tile by a constant
+        (tensor_scalar there is rsqrt only), so -scale * m stays off the busy VectorE / ScalarE."""
+        kb, p = self.kb, self.plan
+        if p.tri or p.low:
+            ident = self.ident = kb.tile((PMAX, PMAX), p.dt, prefix="ident")
+            kb.iota(ident.region(PMAX, PMAX), pattern=[[1, PMAX]], offset=0, channel_multiplier=-1)
+            if p.tri:
+                self.trim = kb.tile((PMAX, PMAX), p.dt, prefix="tri")
+                kb.tensor_scalar(self.trim.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0,
+                                 operand1=-HARD, op0=AluOp.greater, op1=AluOp.multiply)
+            kb.tensor_scalar(ident.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0, op0=AluOp.equal)
+        self.negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
+        kb.memset(self.negs.region(PMAX, 1), value=float(-self.ctx.scale), engine=Engine.gpsimd)
+
+    def _head(self, b, h) -> None:
+        """One (batch, head): PSUM is a ring of score banks (each with its P^T tile in SBUF); a query
+        tile takes the next banks of the ring, so tiles of different widths (causal) share PSUM as
+        they need it."""
+        kb, p, ctx = self.kb, self.plan, self.ctx
+        nring = p.nring
+        ring = [kb.tile((PMAX, NMAX), "float32", "psum", prefix="s_ps") for _ in range(nring)]
+        rpts = [kb.tile((PMAX, NMAX), p.dt, prefix="pt") for _ in range(nring)]
+        rp = [kb.tile((PMAX, NMAX), p.dt, prefix="p") for _ in range(nring)]
+        rssb = [kb.tile((PMAX, NMAX), "float32", prefix="s_sb") for _ in range(nring)] if ctx.mask else None
+        sets = [dict(
+            ident=self.ident if p.low else None, negs=self.negs,
+            bias=kb.tile((PMAX, NMAX), "float32", prefix="bias") if ctx.mask else None,
+            tmp=kb.tile((PMAX, NMAX), "float32", prefix="cbias") if ctx.needs_tmp else None,
+            st=kb.tile((PMAX, 8 + p.nbmax), "float32", prefix="stats"),
+            osb=kb.tile((PMAX, p.D + 1), "float32", prefix="o_acc"),
+            oout=kb.tile((PMAX, p.D), p.out_dt, prefix="o_sb")) for _ in range(p.nsb)]
+        kT, vr = self._key_groups(b, h, ring, sets[0]["ident"])
+        rq = _rows_per_partition(self.q, p.Sq, p.D)
+        qTs = {}
+        c = 0
+        for i in range(p.nq):
+            w = _tile_step(ctx, i, p.Sq, p.Sk, p.step, p.wmax)
+            banks = [c + j for j in range(ceil_div(w, NMAX))]
+            c += len(banks)
+            ts = dict(sets[i % p.nsb], s=[ring[x % nring] for x in banks], p=[rp[x % nring] for x in banks],
+                      pts=[rpts[x % nring] for x in banks], ssb=[rssb[x % nring] for x in banks] if rssb else None)
+            qg = i // BLOCKS_PER_BANK
+            if qg not in qTs:   # Q^T of this tile's 512 queries, transposed in the last bank it uses
+                qTs[qg] = _load_group_T(kb, self.bal, self.q, b, h, NMAX * qg, min(NMAX, p.Sq - NMAX * qg), p.D,
+                                        p.dt, _tp(ts, len(banks) - 1), rq, sets[0]["ident"])
+            self.qtile(ts, qTs[qg], kT, vr, b, h, i, w)
+
+    def _key_groups(self, b, h, ring: list, ident: Tile | None) -> tuple[list, list]:
+        """K^T [D, 512-key group] and V rows [128, 4 x (D + 1)] per group of four 128-key blocks (one
+        tile each, so a query tile waits only for the groups it reads); V carries a ones column, so
+        P [V | 1] also yields the row sums."""
+        kb, p, k, v, D = self.kb, self.plan, self.k, self.v, self.plan.D
+        per = BLOCKS_PER_BANK
+        kT, vr = [], []
+        rk = _rows_per_partition(k, p.Sk, D)
+        for g in range(ceil_div(p.nk, per)):
+            tp = (ring[(g % p.nsets) * p.nb + (g // p.nsets) % p.nb], 0)
+            kT.append(_load_group_T(kb, self.bal, k, b, h, NMAX * g, min(NMAX, p.Sk - NMAX * g), D, p.dt, tp, rk,
+                                    ident))
+            vr.append(kb.tile((PMAX, per * (D + 1)), p.dt, prefix="v_rows"))
+            kb.memset(vr[-1].region(PMAX, per * (D + 1)), value=1.0, engine=Engine.gpsimd)
+            for j in range(g * per, min(p.nk, (g + 1) * per)):
+                cols, jj = min(PMAX, p.Sk - PMAX * j), j - g * per
+                kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
+        return kT, vr
+
+    def qtile(self, ts: dict, qTg: Tile, kT: list, vr: list, b, h, i: int, step: int) -> None:
+        """One 128-query tile: per key step, S = Q K^T into the set's PSUM banks (:meth:`_scores`),
+        the running max folded in (:meth:`_fold_max`), P, P^T and P [V | 1] (:meth:`_pv`); the output
+        and row sum are rescaled across steps in SBUF (fp32) and divided once at the end
+        (:meth:`_finish`)."""
+        D = self.plan.D
+        rows = min(PMAX, self.plan.Sq - PMAX * i)
+        q0 = PMAX * i
+        qT = _cols(qTg, PMAX * (i % BLOCKS_PER_BANK), rows, D)
+        kend = min(self.plan.Sk, q0 + rows) if self.ctx.causal else self.plan.Sk   # causal: key k <= query q
+        st = _Stats(ts["st"], rows)
+        o_ps = TileRegion(ts["s"][0], (0, 0), (rows, D + 1))
+        o_sb = ts["osb"].region(rows, D + 1)
+        steps = list(range(0, kend, step))
+        for si, k0 in enumerate(steps):
+            srcs = self._scores(ts, st, qT, kT, b, h, q0, k0, min(step, kend - k0))
+            negm = self._fold_max(st, si, len(srcs))
+            self._pv(ts, srcs, rows, negm, o_ps, vr)
+            if len(steps) > 1:   # o_sb = alpha * o_sb + P [V | 1] of this step (PSUM is reused next step)
+                if si == 0:
+                    self.bal.copy(o_sb, o_ps)
+                else:
+                    self.bal.scale_rows(o_sb, o_sb, st.alpha)
+                    self.bal.tensor_tensor(o_sb, data1=o_sb, data2=o_ps, op=AluOp.add)
+        self._finish(ts, st, o_sb if len(steps) > 1 else o_ps, st.negms[(len(steps) - 1) % 2], b, h, i)
+
+    def _scores(self, ts: dict, st: _Stats, qT: TileRegion, kT: list, b, h, q0: int, k0: int, kw: int) -> list:
+        """S = Q K^T of keys [k0, k0 + kw) into the tile's score banks, masked (causal diagonal block:
+        a matmul accumulating -HARD above the diagonal; other masks added while leaving PSUM), and
+        each bank's row max straight from PSUM (VectorE). Returns (scores, first key, keys) per bank."""
+        kb, ctx, bal, D, rows = self.kb, self.ctx, self.bal, self.plan.D, st.rows
+        nbk = ceil_div(kw, NMAX)
+        srcs = []
+        for bi in range(nbk):
+            c0 = k0 + NMAX * bi
+            cw = min(NMAX, k0 + kw - c0)
+            sp = ts["s"][bi].region(rows, cw)
+            kb.nc_matmul(sp, stationary=qT, moving=_cols(kT[c0 // NMAX], c0 % NMAX, cw, D), accumulate=False)
+            if self.trim is not None and c0 + cw - 1 > q0:   # the diagonal block [q0, q0 + dw) of this bank
+                dw = c0 + cw - q0
+                kb.nc_matmul(TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)), stationary=self.ident.region(rows, rows),
+                             moving=self.trim.region(rows, dw), accumulate=True)
+            elif ctx.needs_mask(q0, rows, c0, cw):
+                bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, c0, cw)
+                s_sb = ts["ssb"][bi].region(rows, cw)
+                bal.tensor_tensor(s_sb, data1=sp, data2=bias, op=AluOp.add)
+                sp = s_sb
+            srcs.append((sp, c0, cw))
+            bal.tensor_reduce(st.mstep if nbk == 1 else st.col(8 + bi), data=sp, op=AluOp.maximum, axis=(1,),
+                              keepdims=True)
+        return srcs
+
+    def _fold_max(self, st: _Stats, si: int, nbk: int) -> TileRegion:
+        """-scale * the running max after step ``si`` (its ping-pong column, returned) and, from the
+        second step on, alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink."""
+        bal, scale = self.bal, self.ctx.scale
+        negm, negm_old = st.negms[si % 2], st.negms[(si + 1) % 2]
+        if nbk == 2 and not si:   # -scale * max of the two banks' maxima, in one instruction
+            bal.tensor_scalar(negm, data=st.col(8), operand0=st.col(9), operand1=-scale, op0=AluOp.maximum,
+                              op1=AluOp.multiply)
+        elif nbk > 1:
+            bal.tensor_reduce(st.mstep, data=TileRegion(st.tile, (0, 8), (st.rows, nbk)), op=AluOp.maximum,
+                              axis=(1,), keepdims=True)
+        if si:   # -scale * max(m_step, m_old) = min(-scale * m_step, -scale * m_old)
+            bal.tensor_scalar(negm, data=st.mstep, operand0=-scale, operand1=negm_old, op0=AluOp.multiply,
+                              op1=AluOp.minimum)
+            bal.activation(st.alpha, data=negm_old, bias=negm, op=ActFunc.exp, scale=-1.0)
+        elif nbk == 1:
+            bal.scale_rows(negm, st.mstep, -scale)
+        return negm
+
+    def _pv(self, ts: dict, srcs: list, rows: int, negm: TileRegion, o_ps: TileRegion, vr: list) -> None:
+        """Per score bank: P = exp(scale * s - scale * m) in the matmul dtype (ScalarE), P^T in
+        128-key blocks by TensorE into this bank (its scores are consumed), evicted at once, and
+        P [V | 1] accumulated into ``o_ps``."""
+        kb, bal, D = self.kb, self.bal, self.plan.D
+        for bi, (sp, c0, cw) in enumerate(srcs):
+            pr = TileRegion(ts["p"][bi], (0, 0), (rows, cw))
+            bal.activation(pr, data=sp, bias=negm, op=ActFunc.exp, scale=self.ctx.scale)
+            (ps, pc), pt = _tp(ts, bi), ts["pts"][bi]
+            nblk = ceil_div(cw, PMAX)
+            for t in range(nblk):
+                kc = min(PMAX, cw - PMAX * t)
+                kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * t), (kc, rows)),
+                                       TileRegion(ts["p"][bi], (0, PMAX * t), (rows, kc)),
+                                       ts["ident"]))
+            if rows == PMAX and cw % PMAX == 0:
+                bal.copy(pt.region(PMAX, cw), TileRegion(ps, (0, pc), (PMAX, cw)))
+            else:
+                for t in range(nblk):
+                    kc = min(PMAX, cw - PMAX * t)
+                    bal.copy(TileRegion(pt, (0, PMAX * t), (kc, rows)), TileRegion(ps, (0, pc + PMAX * t), (kc, rows)))
+            for t in range(nblk):
+                kc = min(PMAX, cw - PMAX * t)
+                kg = (c0 + PMAX * t) // PMAX
+                kb.nc_matmul(o_ps, stationary=TileRegion(pt, (0, PMAX * t), (kc, rows)),
+                             moving=TileRegion(vr[kg // BLOCKS_PER_BANK], (0, (D + 1) * (kg % BLOCKS_PER_BANK)),
+                                               (kc, D + 1)),
+                             accumulate=not (bi == 0 and t == 0))
+
+    def _finish(self, ts: dict, st: _Stats, acc: TileRegion, negm_fin: TileRegion, b, h, i: int) -> None:
+        """1 / l (no divide on the engines), read by ScalarE straight from the accumulator (PSUM or
+        SBUF); the tile's logsumexp inputs; the output scaled by 1 / l (0 on rows left without keys)
+        and stored."""
+        kb, bal, ctx, D, rows = self.kb, self.bal, self.ctx, self.plan.D, st.rows
+        alpha = st.alpha
+        bal.activation(alpha, data=TileRegion(acc.tile, (0, D), (rows, 1)), op=ActFunc.reciprocal)
+        if self.lsecols is not None:   # this tile's 1 / l and -scale * m join the batch entry's logsumexp inputs
+            for t, x in zip(self.lsecols, (alpha, negm_fin)):
+                kb.tensor_copy(TileRegion(t, (0, i, h), (rows, 1, 1)), src=x, engine=Engine.gpsimd)
+        if self.out is not None:   # rows left without keys get output 0
+            if ctx.rows_may_die:
+                bal.tensor_scalar(alpha, data=negm_fin, operand0=-ctx.scale * DEAD, operand1=alpha, op0=AluOp.less,
+                                  op1=AluOp.multiply)
+            osb = ts["oout"].region(rows, D)
+            bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), alpha)
+            kb.dma(self.out.rows(b, h, PMAX * i, rows, D), osb)
 
 
 def _tile_step(ctx, i: int, Sq: int, Sk: int, step: int, wmax: int) -> int:
@@ -292,107 +506,3 @@ def _store_lse(kb, ctx, bal, lse, cols, b, Sq: int, nq: int, H: int) -> None:
     if rem:
         kb.dma(HBMAccess(lse.param, base + full * PMAX * s2, ((s2, rem), (PMAX * s2, 1), (s1, H))),
                TileRegion(mt, (0, full, 0), (rem, 1, H)))
-
-
-def _fwd_qtile(kb, ctx, bal, ts, qTg, out, lsecols, kT, vr, ident, trim, b, h, i, Sq, Sk, D, step) -> None:
-    """One 128-query tile: per key step, S = Q K^T into the set's PSUM banks (causal diagonal block
-    masked by a matmul accumulating -HARD above the diagonal), row max straight from PSUM (VectorE),
-    P = exp(scale * s - scale * m) in the matmul dtype (ScalarE), P^T by TensorE into the same banks,
-    evicted, and P [V | 1] accumulated in the first bank; the output and row sum are rescaled across
-    steps in SBUF (fp32) and divided once at the end."""
-    rows = min(PMAX, Sq - PMAX * i)
-    q0 = PMAX * i
-    scale = ctx.scale
-    qT = _cols(qTg, PMAX * (i % BLOCKS_PER_BANK), rows, D)
-    kend = min(Sk, q0 + rows) if ctx.causal else Sk   # causal: key k <= query q (top-left aligned)
-    st = ts["st"]
-
-    def col(c: int) -> TileRegion:
-        return TileRegion(st, (0, c), (rows, 1))
-    # stats columns: 0,1 -scale * running max (ping-pong), 2 this step's max, 3 l, 4 alpha / 1/l,
-    # 8.. per-bank max. Only -scale * m is kept: it is the exp's bias, and -scale * max(a, b) =
-    # min(-scale * a, -scale * b) exactly (rounding is monotonic), so one tensor_scalar per step
-    # folds the new maximum into it
-    NEGMS = [col(0), col(1)]
-    MSTEP, ALPHA = col(2), col(4)
-    o_ps = TileRegion(ts["s"][0], (0, 0), (rows, D + 1))
-    o_sb = ts["osb"].region(rows, D + 1)
-    steps = list(range(0, kend, step))
-    for si, k0 in enumerate(steps):
-        kw = min(step, kend - k0)
-        nbk = ceil_div(kw, NMAX)
-        srcs = []
-        for bi in range(nbk):
-            c0 = k0 + NMAX * bi
-            cw = min(NMAX, k0 + kw - c0)
-            sp = ts["s"][bi].region(rows, cw)
-            kb.nc_matmul(sp, stationary=qT, moving=_cols(kT[c0 // NMAX], c0 % NMAX, cw, D), accumulate=False)
-            if trim is not None and c0 + cw - 1 > q0:   # the diagonal block [q0, q0 + dw) of this bank
-                dw = c0 + cw - q0
-                kb.nc_matmul(TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)), stationary=ident.region(rows, rows),
-                             moving=trim.region(rows, dw), accumulate=True)
-            elif ctx.needs_mask(q0, rows, c0, cw):
-                bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, c0, cw)
-                s_sb = ts["ssb"][bi].region(rows, cw)
-                bal.tensor_tensor(s_sb, data1=sp, data2=bias, op=AluOp.add)
-                sp = s_sb
-            srcs.append((sp, c0, cw))
-            bal.tensor_reduce(MSTEP if nbk == 1 else col(8 + bi), data=sp, op=AluOp.maximum, axis=(1,), keepdims=True)
-        NEGM, negm_old = NEGMS[si % 2], NEGMS[(si + 1) % 2]
-        if nbk == 2 and not si:   # -scale * max of the two banks' maxima, in one instruction
-            bal.tensor_scalar(NEGM, data=col(8), operand0=col(9), operand1=-scale, op0=AluOp.maximum,
-                              op1=AluOp.multiply)
-        elif nbk > 1:
-            bal.tensor_reduce(MSTEP, data=TileRegion(st, (0, 8), (rows, nbk)), op=AluOp.maximum, axis=(1,),
-                              keepdims=True)
-        if si:   # -scale * max(m_step, m_old) = min(-scale * m_step, -scale * m_old)
-            bal.tensor_scalar(NEGM, data=MSTEP, operand0=-scale, operand1=negm_old, op0=AluOp.multiply,
-                              op1=AluOp.minimum)
-            # alpha = exp(scale * (m_old - m_new)): how much the old partial results shrink
-            bal.activation(ALPHA, data=negm_old, bias=NEGM, op=ActFunc.exp, scale=-1.0)
-        elif nbk == 1:
-            bal.scale_rows(NEGM, MSTEP, -scale)
-        for bi, (sp, c0, cw) in enumerate(srcs):
-            pr = TileRegion(ts["p"][bi], (0, 0), (rows, cw))
-            bal.activation(pr, data=sp, bias=NEGM, op=ActFunc.exp, scale=scale)
-            # P^T in 128-key blocks (TensorE) into this bank (its scores are consumed), evicted at once
-            (ps, pc), pt = _tp(ts, bi), ts["pts"][bi]
-            nblk = ceil_div(cw, PMAX)
-            for t in range(nblk):
-                kc = min(PMAX, cw - PMAX * t)
-                kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * t), (kc, rows)),
-                                       TileRegion(ts["p"][bi], (0, PMAX * t), (rows, kc)),
-                                       ts["ident"]))
-            if rows == PMAX and cw % PMAX == 0:
-                bal.copy(pt.region(PMAX, cw), TileRegion(ps, (0, pc), (PMAX, cw)))
-            else:
-                for t in range(nblk):
-                    kc = min(PMAX, cw - PMAX * t)
-                    bal.copy(TileRegion(pt, (0, PMAX * t), (kc, rows)), TileRegion(ps, (0, pc + PMAX * t), (kc, rows)))
-            for t in range(nblk):
-                kc = min(PMAX, cw - PMAX * t)
-                kg = (c0 + PMAX * t) // PMAX
-                kb.nc_matmul(o_ps, stationary=TileRegion(pt, (0, PMAX * t), (kc, rows)),
-                             moving=TileRegion(vr[kg // BLOCKS_PER_BANK], (0, (D + 1) * (kg % BLOCKS_PER_BANK)),
-                                               (kc, D + 1)),
-                             accumulate=not (bi == 0 and t == 0))
-        if len(steps) > 1:   # o_sb = alpha * o_sb + P [V | 1] of this step (PSUM is reused next step)
-            if si == 0:
-                bal.copy(o_sb, o_ps)
-            else:
-                bal.scale_rows(o_sb, o_sb, ALPHA)
-                bal.tensor_tensor(o_sb, data1=o_sb, data2=o_ps, op=AluOp.add)
-    acc = o_sb if len(steps) > 1 else o_ps
-    negm_fin = NEGMS[(len(steps) - 1) % 2]
-    # 1 / l (no divide on the engines), read by ScalarE straight from the accumulator (PSUM or SBUF)
-    bal.activation(ALPHA, data=TileRegion(acc.tile, (0, D), (rows, 1)), op=ActFunc.reciprocal)
-    if lsecols is not None:   # this tile's 1 / l and -scale * m join the batch entry's logsumexp inputs
-        for t, x in zip(lsecols, (ALPHA, negm_fin)):
-            kb.tensor_copy(TileRegion(t, (0, i, h), (rows, 1, 1)), src=x, engine=Engine.gpsimd)
-    if out is not None:   # rows left without keys get output 0
-        if ctx.rows_may_die:
-            bal.tensor_scalar(ALPHA, data=negm_fin, operand0=-scale * DEAD, operand1=ALPHA, op0=AluOp.less,
-                              op1=AluOp.multiply)
-        osb = ts["oout"].region(rows, D)
-        bal.scale_rows(osb, TileRegion(acc.tile, (0, 0), (rows, D)), ALPHA)
-        kb.dma(out.rows(b, h, q0, rows, D), osb)
