@@ -103,7 +103,7 @@ def test_down_projection_with_residual_reads_w_once():
 
 
 def test_block_sizes_one_per_pass_count():
-    from neuron_inductor.lowering.matmul.gemm import block_sizes
+    from neuron_inductor.lowering.matmul.plan import block_sizes
     assert block_sizes(16, 16) == [16, 8, 6, 4, 3, 2, 1]
     assert block_sizes(16, 8) == [8, 6, 4, 3, 2, 1]
     assert block_sizes(86, 32) == [29, 22, 18, 15, 13, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]

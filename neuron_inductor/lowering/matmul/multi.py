@@ -29,7 +29,7 @@ from ..fused.group import FusedGroup, Source
 from ..fused.tiling import plan_tiles
 from ..layout import LoweringError, hw_dtype
 from ..loops import maybe_loop, ragged
-from .gemm import operand_access
+from .operands import operand_access
 from ..registry import KernelContext, register_lowering
 from ..transpose import tensor_transpose
 
