@@ -89,7 +89,7 @@ class FusedEmitter:
     def emit(self) -> None:
         kb, tp = self.kb, self.tp
         kb.plan = tp.describe(self.pmax)
-        self._hoist()
+        self.hoist()
         if tp.col_reds:
             kb.plan += f"; column sums of {[r.name for r in tp.col_reds]} on TensorE"
         if self.hoisted:
@@ -101,9 +101,10 @@ class FusedEmitter:
             _check_sbuf(kb, tp.fsize)
 
     # --- loads hoisted out of the loops, column sums ------------------------------------------
-    def _hoist(self) -> None:
+    def hoist(self) -> None:
         """Before the loops: allocate column-sum accumulators and load every leaf that no loop
-        moves (stride 0 along all loop axes) once, broadcasting it across partitions on TensorE."""
+        moves (stride 0 along all loop axes) once, broadcasting it across partitions on TensorE.
+        A subclass loads here what else the whole kernel keeps (``matmul/rows.py``: the rhs)."""
         kb, tp, pmax = self.kb, self.tp, self.pmax
         self.at = LoopState(cols=sympy.Integer(tp.fc))
         loop_axes = tp.loop_axes

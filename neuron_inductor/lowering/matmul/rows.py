@@ -40,8 +40,9 @@ class _RowsEmitter(FusedEmitter):
             raise LoweringError("GEMM rows are not the fused group's row tiles")
         self.st = st
 
-    def _hoist(self) -> None:
-        super()._hoist()
+    def hoist(self) -> None:
+        """The fused group's hoisted loads, then the GEMM's rhs, resident for the whole kernel."""
+        super().hoist()
         self.rhsT = load_rhs(self.kb, self.sources[self.mm.args[1]], self.K, self.N, self.in_dt)
 
     def eval(self, accs, pre_only: bool = False, post_only: bool = False) -> None:
