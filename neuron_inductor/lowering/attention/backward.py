@@ -255,8 +255,12 @@ class BwdEmitter:
             kc = min(PMAX, cw - PMAX * t)
             acc = first_of.setdefault(t, i) != i
             seen[t] = max(seen.get(t, 0), kc)
-            kb.nc_matmul(TileRegion(dkv, (0, dc + D * (ntg + t)), (kc, D)), stationary=TileRegion(ts["p"], (0, PMAX * t), (rows, kc)), moving=TileRegion(self.dor, (0, D * i), (rows, D)), accumulate=acc, engine="tensor")
-            kb.nc_matmul(TileRegion(dkv, (0, dc + D * t), (kc, D)), stationary=TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)), moving=TileRegion(self.qr, (0, D * i), (rows, D)), accumulate=acc, engine="tensor")
+            kb.nc_matmul(TileRegion(dkv, (0, dc + D * (ntg + t)), (kc, D)),
+                         stationary=TileRegion(ts["p"], (0, PMAX * t), (rows, kc)),
+                         moving=TileRegion(self.dor, (0, D * i), (rows, D)), accumulate=acc, engine="tensor")
+            kb.nc_matmul(TileRegion(dkv, (0, dc + D * t), (kc, D)),
+                         stationary=TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)),
+                         moving=TileRegion(self.qr, (0, D * i), (rows, D)), accumulate=acc, engine="tensor")
             tensor_transpose(kb, TileRegion(tp, (0, PMAX * t), (kc, rows)),
                              TileRegion(ts["ds"], (0, PMAX * t), (rows, kc)))
         if rows == PMAX and cw % PMAX == 0:

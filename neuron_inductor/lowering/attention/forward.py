@@ -395,8 +395,9 @@ class FwdEmitter:
             kb.nc_matmul(sp, stationary=qT, moving=_cols(kT[c0 // NMAX], c0 % NMAX, cw, D), accumulate=False)
             if self.trim is not None and c0 + cw - 1 > q0:   # the diagonal block [q0, q0 + dw) of this bank
                 dw = c0 + cw - q0
-                kb.nc_matmul(TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)), stationary=self.ident.region(rows, rows),
-                             moving=self.trim.region(rows, dw), accumulate=True)
+                kb.nc_matmul(TileRegion(ts["s"][bi], (0, q0 - c0), (rows, dw)),
+                             stationary=self.ident.region(rows, rows), moving=self.trim.region(rows, dw),
+                             accumulate=True)
             elif ctx.needs_mask(q0, rows, c0, cw):
                 bias = ctx.bias(ts["bias"], ts["tmp"], b, h, q0, rows, c0, cw)
                 s_sb = ts["ssb"][bi].region(rows, cw)
