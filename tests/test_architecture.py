@@ -58,20 +58,10 @@ LONG_FILES: dict[str, int] = {}
 
 #: functions (methods, nested functions) over MAX_FUNC_LINES lines, with their length (shrink only)
 MAX_FUNC_LINES = 80
-LONG_FUNCTIONS: dict[str, int] = {
-    "neuron_inductor/lowering/attention.py:_fwd_qtile": 102,
-    "neuron_inductor/lowering/attention.py:lower_flash_fwd": 109,
-    "neuron_inductor/lowering/attention_bwd.py:lower_flash_bwd": 173,
-    "neuron_inductor/lowering/indexing.py:indirect_phase": 99,
-    "neuron_inductor/lowering/matmul.py:lower_matmul": 283,
-    "neuron_inductor/lowering/scan_int64.py:lower_int64_cumsum": 91,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 
 #: underscore names imported from another module of the package, by importing file (shrink only)
-PRIVATE_IMPORTS: dict[str, set[str]] = {
-    "neuron_inductor/lowering/attention_bwd.py": {".attention:_T4", ".attention:_args", ".attention:_ctx",
-                                                  ".attention:_in", ".attention:_out", ".attention:_results"},
-}
+PRIVATE_IMPORTS: dict[str, set[str]] = {}
 
 #: classes with more than MAX_METHODS methods, with their current count (shrink only)
 MAX_METHODS = 20

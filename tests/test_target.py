@@ -20,7 +20,7 @@ from models.blocks import tiny_llama
 from neuron_inductor import config, pipeline, stats
 from neuron_inductor.codegen.conform import conformance_findings, module_target
 from neuron_inductor.graph.passes import run_passes
-from neuron_inductor.lowering.fused_group import sbuf_peak
+from neuron_inductor.lowering.fused.group import sbuf_peak
 from neuron_inductor.spec import ALU_ENGINES, INSTRS, NC_VERSIONS
 from neuron_inductor.target import TARGETS, TRN1, TRN2, TRN3, common_limit, get_target
 

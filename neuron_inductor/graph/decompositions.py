@@ -276,7 +276,7 @@ def _gqa_flash(q, k, v, dropout_p, attn_mask) -> bool:
 @_register(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def flash_attention_cpu(q, k, v, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask=None,
                         scale=None):
-    """Kept whole (our flash kernel, lowering/attention.py) when the kernel takes the case; grouped-
+    """Kept whole (our flash kernel, lowering/attention/) when the kernel takes the case; grouped-
     query heads go to the kernel with K and V repeated; anything else becomes math with torch's CPU
     flash semantics and a real logsumexp, so its backward (below) still has what it needs.
 

@@ -65,7 +65,7 @@ def _anchors(g: GroupDraft) -> list:
 
 def _sibling_gemm(p, m: GroupDraft, f: GroupDraft) -> bool:
     """Matmul group ``f`` (an ``mm`` and its epilogue) can join matmul group ``m``, whose epilogue
-    reads its result, as a second anchor (``lowering/matmul_multi.py``): one output domain of at
+    reads its result, as a second anchor (``lowering/matmul/multi.py``): one output domain of at
     most one PSUM bank of columns, neither GEMM reading the other's values."""
     if f.kind != "matmul" or f.parts or f.domain != m.domain or len(m.domain) != 2 or \
             m.reduce_axes or f.reduce_axes or \
@@ -95,7 +95,7 @@ def _sibling_gemm(p, m: GroupDraft, f: GroupDraft) -> bool:
 def _row_reducer(p, m: GroupDraft, f: GroupDraft) -> bool:
     """Fused group ``f`` reduces rows of matmul group ``m``'s output (an RMSNorm after a projection
     and residual add) and those rows fit one PSUM bank: ``m`` runs inside ``f``'s row loop
-    (``lowering/matmul_rows.py``)."""
+    (``lowering/matmul/rows.py``)."""
     if f.kind != "fused" or len(f.reduce_axes) != 1 or len(m.domain) != 2:
         return False
     (ax,) = f.reduce_axes

@@ -24,7 +24,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from ..lowering.fused_group import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
+from ..lowering.fused.group import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
 from ..lowering.groups import Group, GroupDraft, group_outputs, tensor_vals, unmerge, val, view_root  # noqa: F401
 from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,

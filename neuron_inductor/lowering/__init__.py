@@ -4,10 +4,11 @@
 into :class:`~.groups.Group` s; ``neuron_inductor.pipeline`` runs both.
 """
 from . import pointwise  # noqa: F401  (registers pointwise ops and reductions)
-from . import matmul  # noqa: F401
-from . import fused, matmul_multi, matmul_rows  # noqa: F401  (group lowerings: fused, sibling GEMMs, row GEMM)
-from . import attention  # noqa: F401  (flash attention forward)
-from . import attention_bwd  # noqa: F401  (flash attention backward)
+from .matmul import gemm  # noqa: F401  (mm, bmm with their epilogue)
+from .fused import emitter  # noqa: F401  (group lowering: fused pointwise and reductions)
+from .matmul import multi, rows  # noqa: F401  (group lowerings: sibling GEMMs, row GEMM)
+from .attention import forward  # noqa: F401  (flash attention forward)
+from .attention import backward  # noqa: F401  (flash attention backward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)
 from . import scan  # noqa: F401  (cumsum, cumprod)
 from . import flip  # noqa: F401

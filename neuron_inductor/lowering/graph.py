@@ -20,10 +20,10 @@ from ..ir import Collective, Empty, Fallback, KernelCall, Program, Ref, TensorMe
 from ..ir.program import RngKey
 from ..target import Target, get_target
 from .builder import KernelBuilder
-from .fused import Source
+from .fused.group import Source
 from .groups import Group, unmerge, val, view_root
 from .layout import LoweringError, hw_dtype, meta_of, torch_dtype_name, word_scale
-from .matmul_multi import mm_anchors
+from .matmul.multi import mm_anchors
 from .registry import KERNELS, VIEWS, KernelContext, find_lowering, takes_epilogue
 from .user_kernel import emit_user_kernel, is_user_kernel_node
 
@@ -224,7 +224,7 @@ class GraphLowering:
                 self.fallback(real[0], str(e))
 
     def _single(self, n: fx.Node) -> Group:
-        from .fused import reduce_dims
+        from .fused.group import reduce_dims
         from .registry import REDUCTIONS
         if n.target in REDUCTIONS:
             dims, _ = reduce_dims(n)

@@ -13,7 +13,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from .fused_group import Group, GroupDraft, GroupKind, last_axis, reduce_dims  # noqa: F401 - re-exported
+from .fused.group import Group, GroupDraft, GroupKind, last_axis, reduce_dims  # noqa: F401 - re-exported
 from .registry import ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS
 
 aten = torch.ops.aten

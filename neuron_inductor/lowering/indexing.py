@@ -14,7 +14,7 @@ high word (the sign) stored.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sympy
@@ -133,23 +133,52 @@ def _to_i32(u: int) -> int:
     return u - (1 << 32) if u >= (1 << 31) else u
 
 
-def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int, index: LRegion,
-                   direct: LRegion, free_chunk: int, wrap_negative: bool = False) -> None:
-    """Move rows between ``table`` (indexed along ``dim`` by ``index``) and ``direct``.
+@dataclass(frozen=True)
+class IndirectPlan:
+    """The loops of an indirect phase: index positions merged into ``idims`` (strides ``i_str`` in
+    the index, ``di_str`` in ``direct``), axis ``P`` of them on partitions and the rest outer loops
+    (``iouter``); the table's other dims merged into ``rdims`` (strides ``t_st`` / ``d_st``), the last
+    one free (``F``, chunks of ``fc``) and the rest loops (``router``). Offsets and strides are in
+    words (int32 halves of an int64 table)."""
 
-    ``direct`` has sizes ``table.sizes[:dim] + index.sizes + table.sizes[dim+1:]``. With ``gather``
-    ``direct[.., i.., ..] = table[.., index[i..], ..]`` (indirect load); else the scatter
-    ``table[.., index[i..], ..] = direct[.., i.., ..]`` (indirect store). The index tile is loaded
-    once per 128 index positions, which sit on partitions; the table's other dims are loops and the
-    free axis.
-    """
-    if table.dtype != direct.dtype and "int64" in (table.dtype, direct.dtype):
-        raise NotImplementedError("indirect copy between int64 and another dtype")
-    if index.dtype not in ("int64", "int32"):
-        raise NotImplementedError(f"index dtype {index.dtype}")
+    idims: list
+    i_str: list
+    di_str: list
+    P: int
+    rdims: list
+    t_st: list
+    d_st: list
+    fc: int
+    looped: bool
+    row_stride: int
+    view: tuple[int, int]
+    offsets: tuple   # (table, direct, index) element offsets, in words
+
+    @property
+    def iouter(self) -> list[int]:
+        return [a for a in range(len(self.idims)) if a != self.P]
+
+    @property
+    def F(self) -> int:
+        return len(self.rdims) - 1
+
+    @property
+    def router(self) -> list[int]:
+        return list(range(self.F))
+
+    @property
+    def Ps(self) -> int:
+        return self.idims[self.P]
+
+    @property
+    def Fs(self) -> int:
+        return self.rdims[self.F]
+
+
+def plan_indirect(table: LRegion, dim: int, index: LRegion, direct: LRegion, free_chunk: int,
+                  pmax: int) -> IndirectPlan:
+    """Merge the index's dims and the table's other dims (see :class:`IndirectPlan`)."""
     ni = len(index.sizes)
-    if index.numel == 0 or direct.numel == 0:
-        return
     rest_sizes = list(table.sizes[:dim]) + list(table.sizes[dim + 1:])
     t_rest = list(table.strides[:dim]) + list(table.strides[dim + 1:])
     d_rest = list(direct.strides[:dim]) + list(direct.strides[dim + ni:])
@@ -171,67 +200,98 @@ def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int,
     if not rdims:
         rdims, t_st, d_st = [1], [0], [0]
     F = len(rdims) - 1
-    router = list(range(F))
     Ps, Fs = idims[P], rdims[F]
     fc = min(Fs, free_chunk)
-    pmax = kb.target.partitions
-    looped = any(idims[a] > 1 for a in iouter) or Ps > pmax or any(rdims[a] > 1 for a in router) \
+    looped = any(idims[a] > 1 for a in iouter) or Ps > pmax or any(rdims[a] > 1 for a in range(F)) \
         or Fs > fc
-    t_off = k * table.offset
-    d_off = k * direct.offset
-    i_off = ki * index.offset
-    dim_size = table.sizes[dim]
-    view = _row_view(table.tensor.numel, row_stride, dim_size)
+    view = _row_view(table.tensor.numel, row_stride, table.sizes[dim])
+    return IndirectPlan(idims, i_str, di_str, P, rdims, t_st, d_st, fc, looped, row_stride, view,
+                        (k * table.offset, k * direct.offset, ki * index.offset))
 
-    def rest_loops(toff, doff, ind: TileRegion, rows) -> None:
-        with nest(kb, [rdims[a] for a in router], "affine", "r") as rv, \
-                tiles(kb, Fs, fc, "affine", "f") as (jf, cols):
-            toff, doff = offsets([t_st, d_st], router, rv, [toff, doff])
-            it = It([], [], [], rows, cols, min(Ps, pmax), fc, looped)
-            t = phase_tile(kb, it, table.tensor.dtype, free_chunk, "rows")
-            reg = t.region(rows, cols)
-            tab = HBMAccess(table.tensor, sympy.expand(toff + t_st[F] * fc * jf),
-                            ((row_stride, rows), (t_st[F], cols)), indirect=ind, view=view)
-            dacc = HBMAccess(direct.tensor, sympy.expand(doff + d_st[F] * fc * jf),
-                             ((di_str[P], rows), (d_st[F], cols)))
-            if gather:
-                kb.dma(reg, tab)
-                kb.dma(dacc, reg)
-            else:
-                kb.dma(reg, dacc)
-                kb.dma(tab, reg)
-            kb.release(t)
 
-    with nest(kb, [idims[a] for a in iouter], "affine", "l") as lv, \
-            tiles(kb, Ps, pmax, "affine", "p") as (ip, rows):
-        ioff, doff = offsets([i_str, di_str], iouter, lv, [i_off, d_off])
-        it = It([], [], [], rows, sympy.Integer(1), min(Ps, pmax), 1, looped)
-        shape = (it.tile_rows, 1) if looped else (pmax, 1)
-        src = HBMAccess(index.tensor, sympy.expand(ioff + i_str[P] * pmax * ip),
-                        ((i_str[P], rows), (1, 1)))
-        # the offsets tile is uint32; the int32 -> uint32 DMA casts through fp32, exact below 2^24
-        itile = kb.tile(shape, "uint32", prefix="idx")
-        ind = itile.region(rows, 1)
-        if wrap_negative:  # idx += (idx < 0) * dim_size, as torch's advanced indexing does
-            raw = kb.tile(shape, "int32", prefix="raw")
-            rreg = raw.region(rows, 1)
-            kb.dma(rreg, src)
-            neg = kb.tile(shape, "int32", prefix="neg")
-            nreg = neg.region(rows, 1)
-            kb.tensor_scalar(nreg, data=rreg, operand0=0.0, operand1=float(dim_size), op0=AluOp.less,
-                             op1=AluOp.multiply)
-            kb.tensor_tensor(ind, data1=rreg, data2=nreg, op=AluOp.add)
-            kb.release(neg)
-            kb.release(raw)
-        else:
-            kb.dma(ind, src)
-        rest_loops(t_off, doff + di_str[P] * pmax * ip, ind, rows)
+def indirect_phase(kb: KernelBuilder, *, gather: bool, table: LRegion, dim: int, index: LRegion,
+                   direct: LRegion, free_chunk: int, wrap_negative: bool = False) -> None:
+    """Move rows between ``table`` (indexed along ``dim`` by ``index``) and ``direct``.
+
+    ``direct`` has sizes ``table.sizes[:dim] + index.sizes + table.sizes[dim+1:]``. With ``gather``
+    ``direct[.., i.., ..] = table[.., index[i..], ..]`` (indirect load); else the scatter
+    ``table[.., index[i..], ..] = direct[.., i.., ..]`` (indirect store). The index tile is loaded
+    once per 128 index positions, which sit on partitions; the table's other dims are loops and the
+    free axis.
+    """
+    if table.dtype != direct.dtype and "int64" in (table.dtype, direct.dtype):
+        raise NotImplementedError("indirect copy between int64 and another dtype")
+    if index.dtype not in ("int64", "int32"):
+        raise NotImplementedError(f"index dtype {index.dtype}")
+    if index.numel == 0 or direct.numel == 0:
+        return
+    pmax = kb.target.partitions
+    pl = plan_indirect(table, dim, index, direct, free_chunk, pmax)
+    t_off, d_off, i_off = pl.offsets
+    with nest(kb, [pl.idims[a] for a in pl.iouter], "affine", "l") as lv, \
+            tiles(kb, pl.Ps, pmax, "affine", "p") as (ip, rows):
+        ioff, doff = offsets([pl.i_str, pl.di_str], pl.iouter, lv, [i_off, d_off])
+        itile = _index_tile(kb, pl, index, rows, sympy.expand(ioff + pl.i_str[pl.P] * pmax * ip),
+                            table.sizes[dim] if wrap_negative else None)
+        _move_rows(kb, pl, gather, table, direct, t_off, doff + pl.di_str[pl.P] * pmax * ip,
+                   itile.region(rows, 1), rows, free_chunk)
         kb.release(itile)
     if kb.plan:
         kb.plan += "; "
-    kb.plan += (f"{'gather' if gather else 'scatter'} of {Ps} index position(s) per "
-                f"{[idims[a] for a in iouter]} on partitions (tiles of {pmax}), rows of {rdims} "
-                f"(free {Fs} in chunks of {fc})")
+    kb.plan += (f"{'gather' if gather else 'scatter'} of {pl.Ps} index position(s) per "
+                f"{[pl.idims[a] for a in pl.iouter]} on partitions (tiles of {pmax}), rows of {pl.rdims} "
+                f"(free {pl.Fs} in chunks of {pl.fc})")
+
+
+def _index_tile(kb: KernelBuilder, pl: IndirectPlan, index: LRegion, rows, offset, wrap: int | None):
+    """The uint32 row numbers of one tile of index positions, read at ``offset``; the int32 -> uint32
+    DMA casts through fp32, exact below 2^24. With ``wrap`` (the indexed dim's size) negative indices
+    count from the end: idx += (idx < 0) * wrap, as torch's advanced indexing does."""
+    pmax = kb.target.partitions
+    it = It([], [], [], rows, sympy.Integer(1), min(pl.Ps, pmax), 1, pl.looped)
+    shape = (it.tile_rows, 1) if pl.looped else (pmax, 1)
+    src = HBMAccess(index.tensor, offset, ((pl.i_str[pl.P], rows), (1, 1)))
+    itile = kb.tile(shape, "uint32", prefix="idx")
+    ind = itile.region(rows, 1)
+    if wrap is not None:
+        raw = kb.tile(shape, "int32", prefix="raw")
+        rreg = raw.region(rows, 1)
+        kb.dma(rreg, src)
+        neg = kb.tile(shape, "int32", prefix="neg")
+        nreg = neg.region(rows, 1)
+        kb.tensor_scalar(nreg, data=rreg, operand0=0.0, operand1=float(wrap), op0=AluOp.less,
+                         op1=AluOp.multiply)
+        kb.tensor_tensor(ind, data1=rreg, data2=nreg, op=AluOp.add)
+        kb.release(neg)
+        kb.release(raw)
+    else:
+        kb.dma(ind, src)
+    return itile
+
+
+def _move_rows(kb: KernelBuilder, pl: IndirectPlan, gather: bool, table: LRegion, direct: LRegion, toff, doff,
+               ind: TileRegion, rows, free_chunk: int) -> None:
+    """The table rows one index tile names, over the loops of the table's other dims and chunks of
+    its free axis: through an SBUF tile, indirect on the table side."""
+    t_st, d_st, F, fc = pl.t_st, pl.d_st, pl.F, pl.fc
+    pmax = kb.target.partitions
+    with nest(kb, [pl.rdims[a] for a in pl.router], "affine", "r") as rv, \
+            tiles(kb, pl.Fs, fc, "affine", "f") as (jf, cols):
+        toff, doff = offsets([t_st, d_st], pl.router, rv, [toff, doff])
+        it = It([], [], [], rows, cols, min(pl.Ps, pmax), fc, pl.looped)
+        t = phase_tile(kb, it, table.tensor.dtype, free_chunk, "rows")
+        reg = t.region(rows, cols)
+        tab = HBMAccess(table.tensor, sympy.expand(toff + t_st[F] * fc * jf),
+                        ((pl.row_stride, rows), (t_st[F], cols)), indirect=ind, view=pl.view)
+        dacc = HBMAccess(direct.tensor, sympy.expand(doff + d_st[F] * fc * jf),
+                         ((pl.di_str[pl.P], rows), (d_st[F], cols)))
+        if gather:
+            kb.dma(reg, tab)
+            kb.dma(dacc, reg)
+        else:
+            kb.dma(reg, dacc)
+            kb.dma(tab, reg)
+        kb.release(t)
 
 
 # ----------------------------------------------------------------------------------------- helpers

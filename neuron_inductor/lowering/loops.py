@@ -16,7 +16,7 @@ live here once:
 * :class:`Walk` is the frozen tile plan of a walk over several accesses (merged dims, outer axes,
   partition axis, free axis and its chunk) and :func:`walk` opens its loops, yielding the loop
   state of each tile (:class:`At`). Data-movement phases, scans and reversals plan a ``Walk`` and
-  emit inside it; fused kernels have a richer plan of their own (``fused_tiling.TilePlan``).
+  emit inside it; fused kernels have a richer plan of their own (``fused/tiling.py``: ``TilePlan``).
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from ..ir import HBMTensor, TensorMeta
     from ..target import Target
     from .builder import KernelBuilder
-    from .fused_group import Group, Source
+    from .fused.group import Group, Source
 
 aten = torch.ops.aten
 

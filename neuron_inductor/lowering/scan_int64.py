@@ -41,79 +41,107 @@ def lower_int64_cumsum(kb: KernelBuilder, xr: LRegion, out: LRegion, d: int) -> 
 
     def rows_body(rw: Rows) -> None:
         carries = None
-        if rw.n_chunks > 1:
+        if rw.n_chunks > 1:  # each byte's running sum carried from chunk to chunk
             carries = []
             for _ in range(nb):
                 c = kb.tile((rw.tile_rows, 1), "float32", prefix="carry").region(rw.rows, 1)
                 kb.memset(c, 0.0)
                 carries.append(c)
         with rw.chunks("sequential" if carries else "affine") as ch:
-            chunk_body(rw, ch, carries)
+            scan = _ByteScan(kb, rw, ch, C)
+            words = scan.load_words(len(words_in))
+            sums = scan.byte_sums(words, nb, ones, carries)
+            scan.store(scan.digits(sums), len(words_in), len(words_out))
 
-    def chunk_body(rw: Rows, ch: Chunk, carries) -> None:
-        def new(dtype: str, prefix: str) -> TileRegion:
-            return kb.tile((rw.tile_rows, C), dtype, prefix=prefix).region(rw.rows, ch.cols)
+    walk_rows(kb, xr.sizes, d, words_in + words_out, C, rows_body)
 
-        def ts(src, op0, v0, op1=None, v1=None, dtype="int32", prefix="t") -> TileRegion:
-            dst = new(dtype, prefix)
-            kb.tensor_scalar(dst, data=src, op0=op0, operand0=v0, op1=op1,
-                             operand1=v1 if op1 is not None else None)
-            return dst
 
-        def tt(a, b, op, engine) -> TileRegion:
-            dst = new("int32", "t")
-            kb.tensor_tensor(dst, data1=a, data2=b, op=op, engine=engine)
-            return dst
+class _ByteScan:
+    """One chunk of rows: the input words in, the byte prefix sums, their carries, the result words
+    out. Every temporary is released as soon as its last reader is emitted, so the chunk's tiles stay
+    within SBUF."""
 
-        def free(*regions: TileRegion) -> None:
-            for r in regions:
-                kb.release(r.tile)
+    def __init__(self, kb: KernelBuilder, rw: Rows, ch: Chunk, C: int) -> None:
+        self.kb, self.rw, self.ch, self.C = kb, rw, ch, C
 
-        def combine(a: TileRegion, b: TileRegion) -> TileRegion:
-            """a | b (disjoint bits), freeing both."""
-            r = tt(a, b, "bitwise_or", "vector")
-            free(a, b)
-            return r
+    def new(self, dtype: str, prefix: str) -> TileRegion:
+        return self.kb.tile((self.rw.tile_rows, self.C), dtype, prefix=prefix).region(self.rw.rows, self.ch.cols)
 
+    def ts(self, src, op0, v0, op1=None, v1=None, dtype="int32", prefix="t") -> TileRegion:
+        dst = self.new(dtype, prefix)
+        self.kb.tensor_scalar(dst, data=src, op0=op0, operand0=v0, op1=op1,
+                              operand1=v1 if op1 is not None else None)
+        return dst
+
+    def tt(self, a, b, op, engine) -> TileRegion:
+        dst = self.new("int32", "t")
+        self.kb.tensor_tensor(dst, data1=a, data2=b, op=op, engine=engine)
+        return dst
+
+    def free(self, *regions: TileRegion) -> None:
+        for r in regions:
+            self.kb.release(r.tile)
+
+    def combine(self, a: TileRegion, b: TileRegion) -> TileRegion:
+        """a | b (disjoint bits), freeing both."""
+        r = self.tt(a, b, "bitwise_or", "vector")
+        self.free(a, b)
+        return r
+
+    def load_words(self, n_in: int) -> list[TileRegion]:
+        """The chunk's int32 input words; an int32 input's high word is its sign word."""
         words = []
-        for k, w in enumerate(words_in):
-            t = new("int32", "w")
-            kb.dma(t, ch.access(k))
+        for k in range(n_in):
+            t = self.new("int32", "w")
+            self.kb.dma(t, self.ch.access(k))
             words.append(t)
-        if len(words) == 1:  # int32: the high word is the sign word
-            words.append(ts(words[0], "less", 0.0, "multiply", -1.0, prefix="sign"))
+        if len(words) == 1:
+            words.append(self.ts(words[0], "less", 0.0, "multiply", -1.0, prefix="sign"))
+        return words
+
+    def byte_sums(self, words: list, nb: int, ones, carries) -> list[TileRegion]:
+        """The exact fp32 prefix sum of each kept byte (as int32), carried in from the previous chunk;
+        frees the words."""
+        kb, rw, ch = self.kb, self.rw, self.ch
         sums = []
         for k in range(nb):
             w, shift = words[k // 4], 8 * (k % 4)
-            b = ts(w, "right_shift", shift, "bitwise_and", 255, prefix="byte") if shift \
-                else ts(w, "bitwise_and", 255, prefix="byte")
-            s = new("float32", "sum")
+            b = self.ts(w, "right_shift", shift, "bitwise_and", 255, prefix="byte") if shift \
+                else self.ts(w, "bitwise_and", 255, prefix="byte")
+            s = self.new("float32", "sum")
             kb.tensor_tensor_scan(s, data0=ones.region(rw.rows, ch.cols), data1=b,
                                   initial=carries[k] if carries else 0.0, op0=AluOp.multiply, op1=AluOp.add)
             if carries:
                 kb.copy("vector", carries[k], TileRegion(s.tile, (0, ch.cols - 1), (rw.rows, 1)))
-            si = new("int32", "isum")
+            si = self.new("int32", "isum")
             kb.copy("vector", si, s)  # an integer below 2^24: exact
             sums.append(si)
-            free(b, s)
-        free(*words)
-        digits, carry = [], None
-        for k in range(nb):
-            t = sums[k] if carry is None else tt(sums[k], carry, "add", "gpsimd")
-            digits.append(ts(t, "bitwise_and", 255, prefix="digit"))
-            nxt = ts(t, "right_shift", 8, prefix="cy") if k + 1 < nb else None
-            free(*{id(x): x for x in (t, sums[k]) + ((carry,) if carry is not None else ())}.values())
-            carry = nxt
-        for j, region in enumerate(words_out):
-            dg = digits[4 * j:4 * j + 4]
-            acc = combine(dg[0], ts(dg[1], "left_shift", 8))
-            acc = combine(acc, ts(dg[2], "left_shift", 16))
-            # the top byte as a signed value, so its shift stays inside int32
-            neg = ts(dg[3], "greater_equal", 128.0, "multiply", -256.0)
-            top = tt(dg[3], neg, "add", "gpsimd")
-            free(neg)
-            acc = combine(acc, ts(top, "left_shift", 24))
-            kb.dma(ch.access(len(words_in) + j), acc)
-            free(acc, top, *dg)
+            self.free(b, s)
+        self.free(*words)
+        return sums
 
-    walk_rows(kb, xr.sizes, d, words_in + words_out, C, rows_body)
+    def digits(self, sums: list) -> list[TileRegion]:
+        """The result's bytes: each byte sum plus the carry of the one below, low 8 bits kept."""
+        digits, carry = [], None
+        nb = len(sums)
+        for k in range(nb):
+            t = sums[k] if carry is None else self.tt(sums[k], carry, "add", "gpsimd")
+            digits.append(self.ts(t, "bitwise_and", 255, prefix="digit"))
+            nxt = self.ts(t, "right_shift", 8, prefix="cy") if k + 1 < nb else None
+            self.free(*{id(x): x for x in (t, sums[k]) + ((carry,) if carry is not None else ())}.values())
+            carry = nxt
+        return digits
+
+    def store(self, digits: list, n_in: int, n_out: int) -> None:
+        """Four bytes per result word, shifted into place, stored."""
+        for j in range(n_out):
+            dg = digits[4 * j:4 * j + 4]
+            acc = self.combine(dg[0], self.ts(dg[1], "left_shift", 8))
+            acc = self.combine(acc, self.ts(dg[2], "left_shift", 16))
+            # the top byte as a signed value, so its shift stays inside int32
+            neg = self.ts(dg[3], "greater_equal", 128.0, "multiply", -256.0)
+            top = self.tt(dg[3], neg, "add", "gpsimd")
+            self.free(neg)
+            acc = self.combine(acc, self.ts(top, "left_shift", 24))
+            self.kb.dma(self.ch.access(n_in + j), acc)
+            self.free(acc, top, *dg)

@@ -1,4 +1,4 @@
-"""Flash attention kernels (lowering/attention.py): numerics of forward and backward against eager
+"""Flash attention kernels (lowering/attention/): numerics of forward and backward against eager
 (fp32 tight, bf16 within bf16's rounding) over ragged lengths, head dims 16/64/128, causal and
 boolean/float masks, several online-softmax steps; the cases the kernels do not take (head dim > 128,
 grouped-query heads) still compile without an eager fallback; and the modelled time at Llama-7B shape
@@ -16,7 +16,7 @@ from _ops import check_cases
 from neuron_inductor import pipeline
 from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
-from neuron_inductor.lowering import attention as A
+from neuron_inductor.lowering.attention import forward as A
 from neuron_inductor.target import get_target
 
 aten = torch.ops.aten

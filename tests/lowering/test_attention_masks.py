@@ -1,4 +1,4 @@
-"""Attention with masked rows, forward and backward against eager (lowering/attention.py and the math
+"""Attention with masked rows, forward and backward against eager (lowering/attention/ and the math
 form in graph/decompositions.py).
 
 Eager SDPA on CPU runs torch's flash kernel for every 4-D case here (also with a mask, with
@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from _ops import check_cases
 
-from neuron_inductor.lowering import attention as A
+from neuron_inductor.lowering.attention import common as C
+from neuron_inductor.lowering.attention import forward as A
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -205,6 +206,6 @@ def test_math_form_masked_rows(dtype):
 def test_masked_bias_constants():
     """The sentinels keep hard-masked, finfo.min-masked and real scores apart in fp32 (and stay
     finite after the causal and mask parts add up, times a scale up to 100)."""
-    assert A.SOFT * 10 < -A.DEAD < A.HARD
-    assert 2 * A.HARD * 100 < torch.finfo(F32).max
-    assert torch.finfo(BF16).min > A.NEG_F32_MAX   # a bf16 finfo.min mask is finite, not -inf
+    assert C.SOFT * 10 < -C.DEAD < C.HARD
+    assert 2 * C.HARD * 100 < torch.finfo(F32).max
+    assert torch.finfo(BF16).min > C.NEG_F32_MAX   # a bf16 finfo.min mask is finite, not -inf

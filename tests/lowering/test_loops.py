@@ -5,7 +5,7 @@ import sympy
 
 from neuron_inductor.ir import Loop
 from neuron_inductor.lowering.builder import KernelBuilder
-from neuron_inductor.lowering.fused_tiling import split_rows
+from neuron_inductor.lowering.fused.tiling import split_rows
 from neuron_inductor.lowering.loops import largest_divisor, merge, nest, ragged, split_axis, tiles
 from neuron_inductor.target import get_target
 

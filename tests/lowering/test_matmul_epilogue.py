@@ -1,4 +1,4 @@
-"""Row-invariant epilogue operands of a GEMM (``lowering.matmul_epilogue``): a bias or a norm weight
+"""Row-invariant epilogue operands of a GEMM (``lowering.matmul.epilogue``): a bias or a norm weight
 is read from HBM once per kernel (once per column block when K is streamed), not once per row tile.
 
 Numerics on the simulator cover every plan that runs an epilogue (the resident-lhs tiles with ragged
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuron_inductor.lowering import matmul, matmul_kstream
+from neuron_inductor.lowering.matmul import kstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ops import check_cases, randn  # noqa: E402
@@ -48,8 +48,8 @@ def forced_kstream(monkeypatch):
         def plan(M, N, K, *a, **k):
             if M % 128 or K % 128 or N % 512:
                 return None
-            return matmul_kstream.KStreamPlan(min(512, N), 2, inline)
-        monkeypatch.setattr(matmul.kstream, "plan", plan)
+            return kstream.KStreamPlan(min(512, N), 2, inline)
+        monkeypatch.setattr(kstream, "plan", plan)
     return force
 
 
@@ -64,10 +64,10 @@ def test_kstream_plan_matches_eager(forced_kstream, inline, dtype):
 
 
 def test_rhs_resident_plan_matches_eager(monkeypatch):
-    monkeypatch.setattr(matmul.kstream, "plan", lambda *a, **k: None)
-    monkeypatch.setattr(matmul.kstream, "prefer_rhs_resident",
+    monkeypatch.setattr(kstream, "plan", lambda *a, **k: None)
+    monkeypatch.setattr(kstream, "prefer_rhs_resident",
                         lambda M, N, K, *a: M % 128 == 0 and K % 128 == 0 and N % 512 == 0)
-    monkeypatch.setattr(matmul_kstream, "RES_BLOCK", 2)
+    monkeypatch.setattr(kstream, "RES_BLOCK", 2)
     g, x, b = randn((256, 384), seed=7), randn((256, 1024), seed=8), randn((1024,), seed=9)
     check_cases(lambda g, x, b: (g.t() @ x) * b, [(g, x, b)], atol=1e-4, rtol=1e-4)
 

@@ -1,4 +1,4 @@
-"""The K-streamed GEMM plan (``lowering.matmul_kstream``): deep-K GEMMs read the rhs once.
+"""The K-streamed GEMM plan (``lowering.matmul.kstream``): deep-K GEMMs read the rhs once.
 
 Numerics on the simulator force the plan on small shapes (the selection only picks it when K is too
 deep for the resident-lhs plan, far beyond what the simulator runs): ragged last K chunk, several
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuron_inductor.lowering import matmul, matmul_kstream
+from neuron_inductor.lowering.matmul import kstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ops import check_cases, randn  # noqa: E402
@@ -33,8 +33,8 @@ def forced(monkeypatch):
             if M % 128 or K % 128 or N % 512:
                 return None
             chosen.append((M, N, K))
-            return matmul_kstream.KStreamPlan(min(nb, N), kc, inline)
-        monkeypatch.setattr(matmul.kstream, "plan", plan)
+            return kstream.KStreamPlan(min(nb, N), kc, inline)
+        monkeypatch.setattr(kstream, "plan", plan)
         return chosen
     return force
 
@@ -74,9 +74,9 @@ def test_rhs_resident_matches_eager(monkeypatch, dtype):
     def prefer(M, N, K, *a):
         chosen.append((M, N, K))
         return M % 128 == 0 and K % 128 == 0 and N % 512 == 0
-    monkeypatch.setattr(matmul.kstream, "plan", lambda *a, **k: None)
-    monkeypatch.setattr(matmul.kstream, "prefer_rhs_resident", prefer)
-    monkeypatch.setattr(matmul_kstream, "RES_BLOCK", 2)
+    monkeypatch.setattr(kstream, "plan", lambda *a, **k: None)
+    monkeypatch.setattr(kstream, "prefer_rhs_resident", prefer)
+    monkeypatch.setattr(kstream, "RES_BLOCK", 2)
     g, x = randn((256, 640), dtype, seed=7), randn((256, 1024), dtype, seed=8)
     check_cases(lambda g, x: (g.t() @ x) * 0.5 + 1, [(g, x)], atol=1e-4, rtol=1e-4)
     assert (640, 1024, 256) in chosen
@@ -94,15 +94,15 @@ def test_weight_grad_reads_both_operands_once():
 def test_plan_selection_llama_down_projection():
     # K = 11008: the resident-lhs plan fits 6 row tiles (W read 3x); streamed K with 16 row tiles x
     # 2048 columns accumulated reads x twice and W once
-    p = matmul_kstream.plan(2048, 4096, 11008, 2, True, True, 167 * 1024, 0,
+    p = kstream.plan(2048, 4096, 11008, 2, True, True, 167 * 1024, 0,
                             2 * (2048 * 11008 + 3 * 11008 * 4096))
     assert p is not None and p.nb == 2048
     assert p.traffic(2048, 4096, 11008, 2) == 2 * (2 * 2048 * 11008 + 11008 * 4096)
     # shallow K: one pass over W already, nothing to gain
-    assert matmul_kstream.plan(2048, 4096, 4096, 2, True, True, 167 * 1024, 0,
+    assert kstream.plan(2048, 4096, 4096, 2, True, True, 167 * 1024, 0,
                                2 * (2048 * 4096 + 4096 * 4096)) is None
     # ragged shapes keep the resident plan
-    assert matmul_kstream.plan(2000, 4096, 11008, 2, True, True, 167 * 1024, 0, 10 ** 12) is None
+    assert kstream.plan(2000, 4096, 11008, 2, True, True, 167 * 1024, 0, 10 ** 12) is None
 
 
 def test_down_projection_reads_w_once():

@@ -1,4 +1,4 @@
-"""Sibling GEMMs in one kernel (lowering/matmul_multi.py, graph/epilogue_absorb.py, graph/horizontal.py):
+"""Sibling GEMMs in one kernel (lowering/matmul/multi.py, graph/epilogue_absorb.py, graph/horizontal.py):
 a SwiGLU MLP's forward and backward against eager, fp32 and bf16, at token counts that are ragged
 and span several 128-row tiles, with K over 128 (ragged K steps) and W^T operands transposed on
 TensorE; the kernel counts are asserted (deterministic), so each fusion is seen to happen."""

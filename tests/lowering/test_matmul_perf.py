@@ -94,7 +94,7 @@ def test_input_grad_with_epilogue_reads_w_few_times(k_dim, ratio):
 
 def test_down_projection_with_residual_reads_w_once():
     # x @ W^T + residual at K = 11008: K streams through fp32 SBUF accumulators over every row tile
-    # (lowering/matmul_kstream.py), so W is read once and x twice: 1.27x minimum, 84% MFU (row
+    # (lowering/matmul/kstream.py), so W is read once and x twice: 1.27x minimum, 84% MFU (row
     # blocks of 6 + 6 + 4 read W 3 times: 2.07x, 82%)
     k = modelled_cost(lambda x, w, r: r + x @ w.t(), [(2048, 11008), (4096, 11008), (2048, 4096)],
                       "trn2")
@@ -103,7 +103,7 @@ def test_down_projection_with_residual_reads_w_once():
 
 
 def test_block_sizes_one_per_pass_count():
-    from neuron_inductor.lowering.matmul import block_sizes
+    from neuron_inductor.lowering.matmul.plan import block_sizes
     assert block_sizes(16, 16) == [16, 8, 6, 4, 3, 2, 1]
     assert block_sizes(16, 8) == [8, 6, 4, 3, 2, 1]
     assert block_sizes(86, 32) == [29, 22, 18, 15, 13, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]

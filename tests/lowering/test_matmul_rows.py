@@ -1,4 +1,4 @@
-"""A GEMM inside the row loop of the fused group that reduces its output rows (lowering/matmul_rows.py):
+"""A GEMM inside the row loop of the fused group that reduces its output rows (lowering/matmul/rows.py):
 projection + residual + RMSNorm forward, and the norm's backward (row sums and the weight gradient's
 column sums) right after the next layer's input-gradient GEMM, against eager in fp32 and bf16, at
 ragged token counts over several 128-row tiles, K over 128, and a single token."""

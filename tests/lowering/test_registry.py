@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import neuron_inductor.lowering  # noqa: F401  (registers every lowering)
 from neuron_inductor.graph.decompositions import decomposition_table
 from neuron_inductor.lowering import registry
-from neuron_inductor.lowering.attention import FLASH_FWD
+from neuron_inductor.lowering.attention.common import FLASH_FWD
 
 aten = torch.ops.aten
 

@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from neuron_inductor.config import Config
 from neuron_inductor.graph.passes import run_passes
-from neuron_inductor.lowering import fused
+from neuron_inductor.lowering.fused import emitter as fused
 from neuron_inductor.pipeline import partition_and_lower
 
 

@@ -1,4 +1,4 @@
-"""Which tile plans a fused group tries, best first (``fused.lower_fused`` takes the first that
+"""Which tile plans a fused group tries, best first (``emitter.lower_fused`` takes the first that
 lowers)."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import torch
 
-from .fused_group import FusedGroup, col_pair, last_axis
-from .layout import refine_domain
-from .registry import REDUCTIONS
+from .group import FusedGroup, col_pair, last_axis
+from ..layout import refine_domain
+from ..registry import REDUCTIONS
 
 
 def plan_variants(group: FusedGroup) -> list[tuple[FusedGroup, dict]]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..ir import DTYPE_BYTES, HBMAccess, TileRegion
-from .builder import KernelBuilder, TVal
-from .fused import FusedEmitter
-from .layout import hw_dtype
-from .partition_ops import FLOATS
+from ...ir import DTYPE_BYTES, HBMAccess, TileRegion
+from ..builder import KernelBuilder, TVal
+from ..fused.emitter import FusedEmitter
+from ..layout import hw_dtype
+from ..partition_ops import FLOATS
 
 #: the hoisted tiles may take at most this share of SBUF; wider ones keep per-tile loads
 MAX_SHARE = 8

@@ -1,6 +1,6 @@
 """The tile plan of a fused group: computed once, before any instruction is emitted, then read only.
 
-:func:`plan_tiles` decides everything the emitter (``fused.py``) needs to know up front:
+:func:`plan_tiles` decides everything the emitter (``emitter.py``) needs to know up front:
 
 * which part of the kernel computes each member (row work, values after a row reduction, column
   sums and the column vectors computed from them);
@@ -27,13 +27,13 @@ from typing import Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from ..ir import TensorMeta, contiguous_strides
-from ..target import Target
-from .builder import ceil_div
-from .fused_group import FusedGroup, Source, reduce_dims
-from .layout import LoweringError, broadcast_strides, domain_strides, merge_dims
-from .loops import largest_divisor, split_axis
-from .registry import ORDER_PRESERVING_VIEWS, REDUCTIONS
+from ...ir import TensorMeta, contiguous_strides
+from ...target import Target
+from ..builder import ceil_div
+from .group import FusedGroup, Source, reduce_dims
+from ..layout import LoweringError, broadcast_strides, domain_strides, merge_dims
+from ..loops import largest_divisor, split_axis
+from ..registry import ORDER_PRESERVING_VIEWS, REDUCTIONS
 
 EXPAND = torch.ops.aten.expand.default
 

@@ -1,12 +1,12 @@
 """A GEMM computed inside a fused kernel's row loop, so row reductions of its output (an RMSNorm after
 the attention output projection and residual add) run in the same kernel.
 
-The matmul epilogue (``matmul.py``) has no reductions: its output tiles may split rows over several
+The matmul epilogue (``gemm.py``) has no reductions: its output tiles may split rows over several
 PSUM banks. When the GEMM's output rows fit one bank (N <= 512 fp32 columns) and the fused group
 reading it reduces along exactly those rows, the fused group's own plan (``plan_tiles``: whole rows,
 row tiles on partitions) drives the kernel and each row tile's GEMM result is computed where the
 group would have loaded it: rhs resident for the whole kernel, the tile's lhs^T, K accumulated in one
-PSUM bank (``matmul_multi.gemm_rows``). The partitioner forms these groups in
+PSUM bank (``multi.gemm_rows``). The partitioner forms these groups in
 ``graph/epilogue_absorb.py``.
 """
 from __future__ import annotations
@@ -15,13 +15,14 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..config import Config
-from .builder import KernelBuilder
-from .fused import FusedEmitter, FusedGroup, Source
-from .fused_tiling import plan_tiles
-from .layout import LoweringError, hw_dtype
-from .matmul_multi import gemm_rows, load_rhs, mm_anchors
-from .registry import KernelContext, register_lowering
+from ...config import Config
+from ..builder import KernelBuilder
+from ..fused.emitter import FusedEmitter
+from ..fused.group import FusedGroup, Source
+from ..fused.tiling import plan_tiles
+from ..layout import LoweringError, hw_dtype
+from .multi import gemm_rows, load_rhs, mm_anchors
+from ..registry import KernelContext, register_lowering
 
 aten = torch.ops.aten
 
@@ -39,8 +40,9 @@ class _RowsEmitter(FusedEmitter):
             raise LoweringError("GEMM rows are not the fused group's row tiles")
         self.st = st
 
-    def _hoist(self) -> None:
-        super()._hoist()
+    def hoist(self) -> None:
+        """The fused group's hoisted loads, then the GEMM's rhs, resident for the whole kernel."""
+        super().hoist()
         self.rhsT = load_rhs(self.kb, self.sources[self.mm.args[1]], self.K, self.N, self.in_dt)
 
     def eval(self, accs, pre_only: bool = False, post_only: bool = False) -> None:

@@ -13,9 +13,9 @@ from typing import Any, Callable
 import sympy
 import torch.fx as fx
 
-from ..ir import TileRegion
-from .builder import TVal
-from .layout import LoweringError
+from ...ir import TileRegion
+from ..builder import TVal
+from ..layout import LoweringError
 
 
 @dataclass
@@ -34,7 +34,7 @@ class LoopState:
 class FusedCtx:
     """What a pointwise lowering sees: the builder, the current tile extents, allocation, iota."""
 
-    def __init__(self, lower: Any) -> None:  # the fused emitter (fused.py) this context serves
+    def __init__(self, lower: Any) -> None:  # the fused emitter (emitter.py) this context serves
         self.lw = lower
         self.kb = lower.kb
         #: tiles allocated by the op being lowered; those its result does not hold are temporaries

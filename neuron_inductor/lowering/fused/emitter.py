@@ -1,6 +1,6 @@
 """Emit a fused pointwise/reduction group as one kernel, following its tile plan.
 
-The plan (``fused_tiling.plan_tiles``: domain, merged axes, partition/free axes, loops, chunking,
+The plan (``tiling.plan_tiles``: domain, merged axes, partition/free axes, loops, chunking,
 every access's strides) is computed first and never changes; :class:`FusedEmitter` walks it, holding
 the loop state explicitly (``LoopState``: loop variables, row tile, free chunk and their extents).
 
@@ -24,19 +24,19 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..ir import HBMAccess, TileRegion
-from . import integers
-from .builder import KernelBuilder, TVal
-from .fused_ctx import FusedCtx, LoopState
-from .fused_group import FusedGroup, Source, builder_restore, builder_snapshot, reduce_dims, sbuf_peak
-from .fused_plan import plan_variants
-from .fused_tiling import TilePlan, plan_tiles
-from .layout import LoweringError, hw_dtype, word_scale
-from .loops import nest, tiles
-from .partition_ops import FLOATS, ColumnSums, broadcast_partitions
-from .pointwise import copy, scalar_op, tile_dtype
-from .registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS, KernelContext, register_lowering
-from .transpose import tensor_transpose
+from ...ir import HBMAccess, TileRegion
+from .. import integers
+from ..builder import KernelBuilder, TVal
+from .ctx import FusedCtx, LoopState
+from .group import FusedGroup, Source, builder_restore, builder_snapshot, reduce_dims, sbuf_peak
+from .variants import plan_variants
+from .tiling import TilePlan, plan_tiles
+from ..layout import LoweringError, hw_dtype, word_scale
+from ..loops import nest, tiles
+from ..partition_ops import FLOATS, ColumnSums, broadcast_partitions
+from ..pointwise import copy, scalar_op, tile_dtype
+from ..registry import ORDER_PRESERVING_VIEWS, POINTWISE, REDUCTIONS, KernelContext, register_lowering
+from ..transpose import tensor_transpose
 
 EXPAND = torch.ops.aten.expand.default
 
@@ -89,7 +89,7 @@ class FusedEmitter:
     def emit(self) -> None:
         kb, tp = self.kb, self.tp
         kb.plan = tp.describe(self.pmax)
-        self._hoist()
+        self.hoist()
         if tp.col_reds:
             kb.plan += f"; column sums of {[r.name for r in tp.col_reds]} on TensorE"
         if self.hoisted:
@@ -101,9 +101,10 @@ class FusedEmitter:
             _check_sbuf(kb, tp.fsize)
 
     # --- loads hoisted out of the loops, column sums ------------------------------------------
-    def _hoist(self) -> None:
+    def hoist(self) -> None:
         """Before the loops: allocate column-sum accumulators and load every leaf that no loop
-        moves (stride 0 along all loop axes) once, broadcasting it across partitions on TensorE."""
+        moves (stride 0 along all loop axes) once, broadcasting it across partitions on TensorE.
+        A subclass loads here what else the whole kernel keeps (``matmul/rows.py``: the rhs)."""
         kb, tp, pmax = self.kb, self.tp, self.pmax
         self.at = LoopState(cols=sympy.Integer(tp.fc))
         loop_axes = tp.loop_axes

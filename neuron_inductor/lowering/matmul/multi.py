@@ -21,16 +21,17 @@ import sympy
 import torch
 import torch.fx as fx
 
-from ..config import Config
-from ..ir import TileRegion
-from .builder import KernelBuilder, TVal, ceil_div
-from .fused import FusedEmitter, FusedGroup, Source
-from .fused_tiling import plan_tiles
-from .layout import LoweringError, hw_dtype
-from .loops import maybe_loop, ragged
-from .matmul import operand_access
-from .registry import KernelContext, register_lowering
-from .transpose import tensor_transpose
+from ...config import Config
+from ...ir import TileRegion
+from ..builder import KernelBuilder, TVal, ceil_div
+from ..fused.emitter import FusedEmitter
+from ..fused.group import FusedGroup, Source
+from ..fused.tiling import plan_tiles
+from ..layout import LoweringError, hw_dtype
+from ..loops import maybe_loop, ragged
+from .operands import operand_access
+from ..registry import KernelContext, register_lowering
+from ..transpose import tensor_transpose
 
 aten = torch.ops.aten
 

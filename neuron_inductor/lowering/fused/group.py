@@ -13,8 +13,8 @@ from enum import StrEnum
 import torch
 import torch.fx as fx
 
-from ..ir import Alloc, Loop, TensorMeta
-from .builder import KernelBuilder
+from ...ir import Alloc, Loop, TensorMeta
+from ..builder import KernelBuilder
 
 
 class GroupKind(StrEnum):

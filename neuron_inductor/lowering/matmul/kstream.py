@@ -1,6 +1,6 @@
 """Deep-K GEMMs with the weight streamed once: K outermost, fp32 accumulators resident in SBUF.
 
-``matmul.lower_matmul`` keeps a block of row tiles of ``lhs^T`` over all of K resident and streams
+``gemm.lower_matmul`` keeps a block of row tiles of ``lhs^T`` over all of K resident and streams
 the rhs once per block. At K = 11008 (a Llama down projection, its gradients) only 6 row tiles of
 ``lhs^T`` fit SBUF, so the rhs (the 90 MB weight) is read ``ceil(16 / 6) = 3`` times. Here the
 roles turn: the output of *every* row tile for a block of ``Nb`` columns accumulates in SBUF (fp32,
@@ -22,11 +22,11 @@ from typing import Callable
 
 import sympy
 
-from ..ir import TileRegion
-from .builder import KernelBuilder, ceil_div
-from .loops import maybe_loop
-from .transpose import tensor_transpose
-from ..spec import AluOp
+from ...ir import TileRegion
+from ..builder import KernelBuilder, ceil_div
+from ..loops import maybe_loop
+from ..transpose import tensor_transpose
+from ...spec import AluOp
 
 #: k tiles per chunk, largest first (one PSUM accumulation group and one VectorE add per chunk)
 CHUNKS = (8, 6, 4)
