@@ -20,6 +20,7 @@ from .builder import KernelBuilder, TVal, ceil_div
 from .fused import FusedEmitter, FusedGroup, Source
 from . import matmul_epilogue as epi_hoist
 from . import matmul_kstream as kstream
+from .matmul_skinny import lower_skinny
 from .fused_tiling import plan_tiles
 from .layout import LoweringError, hw_dtype, word_scale
 from .loops import maybe_loop, ragged
@@ -409,5 +410,8 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
 
 @register_lowering(aten.mm.default, aten.bmm.default, kind="kernel", epilogue=True)
 def lower_mm(ctx: KernelContext, *args) -> None:
-    """mm / bmm and the pointwise epilogue the partitioner fused after it (``ctx.group.nodes``)."""
+    """mm / bmm and the pointwise epilogue the partitioner fused after it (``ctx.group.nodes``);
+    skinny ones (at most 8 rows per batch entry: decode GEMVs) have a plan of their own."""
+    if lower_skinny(ctx.group, dict(ctx.sources), ctx.builder, dict(ctx.outputs), dict(ctx.out_meta), ctx.config):
+        return
     lower_matmul(ctx.group, dict(ctx.sources), ctx.builder, dict(ctx.outputs), dict(ctx.out_meta), ctx.config)
