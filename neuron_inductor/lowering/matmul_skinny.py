@@ -33,11 +33,13 @@ import torch.fx as fx
 
 from ..config import Config
 from ..ir import HBMAccess, TileRegion
+from ..spec import AluOp
 from .builder import KernelBuilder, TVal, ceil_div
 from .fused import FusedEmitter, FusedGroup, Source
 from .fused_tiling import plan_tiles
 from .layout import hw_dtype, word_scale
 from .loops import largest_divisor, maybe_loop, ragged
+from .partition_ops import broadcast_partitions
 from .transpose import tensor_transpose
 
 aten = torch.ops.aten
@@ -48,8 +50,13 @@ MAX_ROWS = 8
 #: DMA statements the k tiles of a K-major rhs are spread over (each statement is one in-order queue
 #: paying the fixed DMA cost per transfer, docs/results/calibration.md "DMA queue assignment")
 RHS_QUEUES = 8
-#: SBUF bytes per partition the staged rhs rows of one column group may take
-STAGE_BYTES = 96 * 1024
+#: SBUF bytes per partition the staged rhs rows of one column group may take (with the row-dot
+#: products of its first 128 columns)
+STAGE_BYTES = 144 * 1024
+#: staged rhs rows are DMAed (and multiplied, for row dots) in pieces of this many K elements: 4 KiB
+#: bf16 per partition, 512 KiB per DMA (longer than its fixed cost), and SBUF held per piece, so
+#: column tiles pipeline (the cost model's SBUF depth counts what one instruction or DMA touches)
+STAGE_PIECE = 2048
 #: block-diagonal stationary operands of one batch tile may take at most this many SBUF bytes per
 #: partition, and be built by at most this many column copies (GpSimd, ~0.13 us each)
 DIAG_BYTES = 64 * 1024
@@ -74,6 +81,9 @@ class SkinnyShape:
     diag: bool       # batch on partitions (bmm with one row per entry)
     Bt: int          # batch entries per partition tile (diag) else 1
     groups: int      # 512-column tiles per column group (PSUM accumulators live at once)
+    #: one lhs row against an N-major rhs: the first 128 columns of every column tile are dot
+    #: products on GpSimd (multiply) and VectorE (sum along K) instead of TensorE transposes
+    rowdot: bool = False
 
     @property
     def nk(self) -> int:
@@ -101,7 +111,7 @@ def skinny_shape(mm: fx.Node, sa: Source, sb: Source, target) -> SkinnyShape | N
     esz = 2 if in_dt in ("bfloat16", "float16") else 4
     rb = mm.args[1].meta["val"].dim()
     rhs_tr = sb.meta.stride[rb - 2] == 1 and sb.meta.stride[rb - 1] != 1 and N > 1
-    if 4 * K * esz > STAGE_BYTES or K * esz > 48 * 1024:
+    if 4 * K * esz > 96 * 1024:
         return None  # rows too long to stage whole: the general (K-streamed) plan
     B = out[0] if nb else 1
     nk = ceil_div(K, 128)
@@ -111,11 +121,12 @@ def skinny_shape(mm: fx.Node, sa: Source, sb: Source, target) -> SkinnyShape | N
     nc = ceil_div(N, target.matmul_n_max)
     # PSUM: an accumulator bank per column tile of the group, a transpose bank each (N-major rhs),
     # one bank for the lhs transposes
-    gmax = 3 if rhs_tr else 4
-    if rhs_tr:
-        gmax = max(1, min(gmax, STAGE_BYTES // (4 * K * esz)))
+    tail = N % target.matmul_n_max or target.matmul_n_max
+    rowdot = rhs_tr and M == 1 and not diag and N >= target.matmul_n_max and tail > 128
+    per_tile = 4 * K * esz
+    gmax = 1 if rowdot else (max(1, min(3, STAGE_BYTES // per_tile)) if rhs_tr else 4)
     return SkinnyShape(nb, B, M, N, K, in_dt, esz, rhs_tr, diag, Bt if diag else 1,
-                       largest_divisor(nc, gmax))
+                       largest_divisor(nc, gmax), rowdot)
 
 
 def _access(kb: KernelBuilder, src: Source, off, pattern) -> HBMAccess:
@@ -147,6 +158,8 @@ def lower_skinny(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                + f"lhs^T transposed on TensorE, rhs "
                + ("rows transposed on TensorE (evictions split VectorE/ScalarE)" if sh.rhs_tr
                   else "K-major straight into the moving side")
+               + (", the first 128 columns of each tile as row dot products on GpSimd + VectorE"
+                  if sh.rowdot else "")
                + f" in 512-column tiles, {sh.groups} per PSUM group; "
                f"epilogue: {len(group.nodes) - 1} fused op(s)")
     _Emit(kb, lw, mm, sh, sa, sb).run()
@@ -204,7 +217,7 @@ class _Emit:
             off = (bv * self.bstride(sa, self.ra)) if bv is not None else 0
             kb.dma(aT.region(self.PMAX, nk), _access(kb, sa, off, ((nk * st[self.ra - 1], self.PMAX),
                                                                    (st[self.ra - 1], nk))))
-            return aT
+            return aT, None
         rows = kb.tile((R, K), sh.in_dt, prefix="lhs_rows")
         if sh.diag:
             off, rstride = ip * self.PMAX * self.bstride(sa, self.ra), self.bstride(sa, self.ra)
@@ -226,7 +239,7 @@ class _Emit:
             kb.copy("vector", TileRegion(aT, (0, g0 * R), (krows, g * R)), tp.region(krows, g * R))
             kb.release(tp)
         if not sh.diag:
-            return aT
+            return aT, rows
         # block-diagonal: entry b's k tile kk is column b of its own [128, Bt] block, the rest zero
         Bt = sh.Bt
         diag = kb.tile((self.PMAX, nk * Bt * Bt), sh.in_dt, prefix="lhs_diag")
@@ -236,7 +249,7 @@ class _Emit:
             with maybe_loop(kb, Bt, "affine", "e") as e:
                 kb.copy("gpsimd", TileRegion(diag, (0, (kk * Bt + e) * Bt + e), (krows, 1)),
                         TileRegion(aT, (0, kk * Bt + e), (krows, 1)))
-        return diag
+        return diag, rows
 
     def stationary(self, lhs, kk, krows, e):
         R = self.sh.rows
@@ -247,7 +260,8 @@ class _Emit:
     # --- one unit: a batch entry, or a tile of batch entries on partitions -------------------------
     def unit(self, ip, bv) -> None:
         kb, sh = self.kb, self.sh
-        lhs = self.lhs_t(ip, bv)
+        lhs, rows = self.lhs_t(ip, bv)
+        self.xb = self.broadcast(rows) if sh.rowdot else None
         nc = ceil_div(sh.N, self.NMAX)
         G = sh.groups
         with maybe_loop(kb, nc // G, "affine", "ng") as gv:
@@ -262,6 +276,43 @@ class _Emit:
                     self.columns_direct(accs, gv, lhs, e, entry)
             for j, acc in enumerate(accs):
                 self.epilogue(acc, ip, gv * G + j)
+
+    def broadcast(self, rows):
+        """The lhs row on every partition (``[128, K]``), for the row dot products: TensorE
+        multiplies it by a row of ones, one PSUM bank at a time."""
+        kb, sh = self.kb, self.sh
+        ones = kb.tile((1, self.PMAX), sh.in_dt, prefix="ones_row")
+        kb.memset(ones.region(1, self.PMAX), 1.0)
+        scratch = kb.tile((self.PMAX, self.NMAX), "float32", "psum", prefix="bc")
+        xb = broadcast_partitions(kb, rows.region(1, sh.K), sh.K, scratch, ones)
+        kb.release(scratch)
+        return xb
+
+    def row_dots(self, acc, st, nrows) -> None:
+        """``acc[0, n] = sum_k rhs_rows[n, k] * x[k]`` for the 128 staged rows ``st`` (the first
+        128 columns of the tile): the products in fp32 on GpSimd (exact for bf16 inputs), their sum
+        on VectorE, the column turned into a row on TensorE (an exact transpose) in the tile's own
+        PSUM accumulator, beside the columns the matmuls accumulate."""
+        kb, K = self.kb, self.sh.K
+        pieces = self.pieces()
+        part = kb.tile((self.PMAX, len(pieces)), "float32", prefix="dotpart")
+        for i, (k0, w) in enumerate(pieces):  # K in pieces, as the rows arrive
+            prod = kb.tile((self.PMAX, STAGE_PIECE), "float32", prefix="dotprod")
+            kb.tensor_tensor(prod.region(nrows, w), data1=TileRegion(st, (0, k0), (nrows, w)),
+                             data2=TileRegion(self.xb, (0, k0), (nrows, w)), op=AluOp.multiply, engine="gpsimd")
+            kb.tensor_reduce(TileRegion(part, (0, i), (nrows, 1)), data=prod.region(nrows, w), op=AluOp.add,
+                             axis=(1,), negate=False, keepdims=True)
+            kb.release(prod)
+        col = part
+        if len(pieces) > 1:
+            col = kb.tile((self.PMAX, 1), "float32", prefix="dotcol")
+            kb.tensor_reduce(col.region(nrows, 1), data=part.region(nrows, len(pieces)), op=AluOp.add,
+                             axis=(1,), negate=False, keepdims=True)
+        tensor_transpose(kb, acc.region(1, nrows), col.region(nrows, 1))
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """(start, width) of the K pieces staged rhs rows are loaded and multiplied in."""
+        return [(k0, min(STAGE_PIECE, self.sh.K - k0)) for k0 in range(0, self.sh.K, STAGE_PIECE)]
 
     def col_range(self, c):
         return c * self.NMAX, ragged(self.sh.N, self.NMAX, c)
@@ -297,12 +348,12 @@ class _Emit:
             self.matmul(acc, lhs, kk, sympy.Integer(self.PMAX), sympy.Integer(0),
                         TileRegion(mv, (0, kk * N), (self.PMAX, N)), N)
 
-    def matmul(self, acc, lhs, kk, krows, e, moving, cols) -> None:
+    def matmul(self, acc, lhs, kk, krows, e, moving, cols, col0=0) -> None:
         # the first matmul of the group (entry 0, k tile 0) starts it; e, kk >= 0
         accumulate = sympy.Gt(sympy.expand(e * self.sh.nk + kk), 0)
         if accumulate in (sympy.true, sympy.false):
             accumulate = bool(accumulate)
-        self.kb.nc_matmul(acc.region(self.sh.rows, cols), stationary=self.stationary(lhs, kk, krows, e),
+        self.kb.nc_matmul(TileRegion(acc, (0, col0), (self.sh.rows, cols)), stationary=self.stationary(lhs, kk, krows, e),
                           moving=moving, accumulate=accumulate)
 
     def columns_transposed(self, accs, gv, lhs, e, entry) -> None:
@@ -311,6 +362,7 @@ class _Emit:
         kb, sh, sb = self.kb, self.sh, self.sb
         sk, sn = sb.meta.stride[self.rb - 2], sb.meta.stride[self.rb - 1]
         stages = []
+        skip = 128 if sh.rowdot else 0  # output columns of a tile computed as row dot products
         for j in range(len(accs)):
             c0, _ = self.col_range(gv * sh.groups + j)
             subs = []
@@ -320,14 +372,18 @@ class _Emit:
                 n0 = sympy.Min(c0 + 128 * u, sh.N - 1)
                 nrows = sympy.Max(1, sympy.Min(128, sh.N - c0 - 128 * u))
                 st = kb.tile((128, sh.K), sh.in_dt, prefix="rhs_rows")
-                kb.dma(st.region(nrows, sh.K),
-                       _access(kb, sb, self.rhs_base(entry) + n0 * sn, ((sn, nrows), (sk, sh.K))))
+                for k0, w in self.pieces():
+                    kb.dma(TileRegion(st, (0, k0), (nrows, w)),
+                           _access(kb, sb, self.rhs_base(entry) + n0 * sn + k0 * sk, ((sn, nrows), (sk, w))))
                 subs.append((st, nrows))
+            if sh.rowdot:
+                self.row_dots(accs[j], *subs.pop(0))
             stages.append(subs)
         with maybe_loop(kb, sh.nk, "affine", "k") as kk:
             krows = ragged(sh.K, 128, kk)
             for j, acc in enumerate(accs):
                 _, cols = self.col_range(gv * sh.groups + j)
+                cols = cols - skip
                 tpb = kb.tile((128, self.NMAX), sh.in_dt, "psum", prefix="tpb")
                 for u, (st, nrows) in enumerate(stages[j]):
                     tensor_transpose(kb, TileRegion(tpb, (0, 128 * u), (krows, nrows)),
@@ -335,14 +391,18 @@ class _Emit:
                 mv = kb.tile((128, self.NMAX), sh.in_dt, prefix="rhsT")
                 self.evict_split(mv, tpb, krows, cols)
                 kb.release(tpb)
-                self.matmul(acc, lhs, kk, krows, e, mv.region(krows, cols), cols)
+                self.matmul(acc, lhs, kk, krows, e, mv.region(krows, cols), cols, skip)
 
     def evict_split(self, dst, src, krows, cols) -> None:
         """Copy ``src[:krows, :cols]`` (PSUM) to ``dst``: VectorE the first ``VECTOR_EVICT_COLS``
-        columns, ScalarE the rest (half of a narrower last column tile each, when it is at least 128
-        wide: every tile gets the same split); VectorE alone else."""
-        tail = min(self.sh.N % self.NMAX or self.NMAX, self.sh.N)
-        split = VECTOR_EVICT_COLS if tail > VECTOR_EVICT_COLS else (tail // 2 if tail >= 128 else 0)
+        columns of 512 (in proportion for narrower banks), ScalarE the rest; half each of a narrower
+        last column tile when it is at least 128 wide (every tile gets the same split); VectorE alone
+        else."""
+        skip = 128 if self.sh.rowdot else 0
+        width = self.NMAX - skip
+        tail = min(self.sh.N % self.NMAX or self.NMAX, self.sh.N) - skip
+        share = VECTOR_EVICT_COLS * width // self.NMAX // 32 * 32
+        split = share if tail > share else (tail // 2 if tail >= 128 else 0)
         if not split:
             self.kb.copy("vector", dst.region(krows, cols), src.region(krows, cols))
             return
