@@ -20,7 +20,10 @@ The plan here:
 * "batch on partitions": a bmm with one row per batch entry (``q @ K^T`` per head) puts entry ``b``
   on output partition ``b``: its stationary is block-diagonal (column ``b`` holds the entry's lhs,
   the others zero), every entry of a 128-entry tile accumulates into the same PSUM group, and the
-  epilogue (scale, mask) runs once on up to 128 lanes instead of once per entry on one.
+  epilogue (scale, mask) runs once on up to 128 lanes instead of once per entry on one;
+* a bmm with one row per entry and an rhs shared by all entries (batch stride 0: a weight applied to
+  every sequence of a batch after a reshape) is an mm with one row per entry: the entries are the
+  output rows, so the rhs is read once, not once per entry.
 All sums stay fp32 in PSUM; the transposes are exact copies (``transpose.tensor_transpose``).
 """
 from __future__ import annotations
@@ -84,6 +87,8 @@ class SkinnyShape:
     #: one lhs row against an N-major rhs: the first 128 columns of every column tile are dot
     #: products on GpSimd (multiply) and VectorE (sum along K) instead of TensorE transposes
     rowdot: bool = False
+    #: bmm with one row per entry and the rhs shared by every entry: the entries are the rows
+    shared: bool = False
 
     @property
     def nk(self) -> int:
@@ -91,8 +96,12 @@ class SkinnyShape:
 
     @property
     def rows(self) -> int:
-        """Output partitions of one unit: its batch entries (diag) or its M rows."""
-        return self.Bt if self.diag else self.M
+        """Output partitions of one unit: its batch entries (diag, shared) or its M rows."""
+        return self.Bt if self.diag else (self.B if self.shared else self.M)
+
+    @property
+    def entries_on_partitions(self) -> bool:
+        return self.diag or self.shared
 
 
 def skinny_shape(mm: fx.Node, sa: Source, sb: Source, target) -> SkinnyShape | None:
@@ -116,17 +125,19 @@ def skinny_shape(mm: fx.Node, sa: Source, sb: Source, target) -> SkinnyShape | N
     B = out[0] if nb else 1
     nk = ceil_div(K, 128)
     Bt = min(B, target.partitions)
-    diag = (nb == 1 and M == 1 and B > 1 and B % Bt == 0 and nk * Bt <= DIAG_COPIES
+    shared = nb == 1 and M == 1 and 1 < B <= target.partitions and \
+        (sb.meta.size[0] == 1 or sb.meta.stride[0] == 0)
+    diag = (not shared and nb == 1 and M == 1 and B > 1 and B % Bt == 0 and nk * Bt <= DIAG_COPIES
             and nk * Bt * Bt * esz <= DIAG_BYTES)
     nc = ceil_div(N, target.matmul_n_max)
     # PSUM: an accumulator bank per column tile of the group, a transpose bank each (N-major rhs),
     # one bank for the lhs transposes
     tail = N % target.matmul_n_max or target.matmul_n_max
-    rowdot = rhs_tr and M == 1 and not diag and N >= target.matmul_n_max and tail > 128
+    rowdot = rhs_tr and M == 1 and not diag and not shared and N >= target.matmul_n_max and tail > 128
     per_tile = 4 * K * esz
     gmax = 1 if rowdot else (max(1, min(3, STAGE_BYTES // per_tile)) if rhs_tr else 4)
     return SkinnyShape(nb, B, M, N, K, in_dt, esz, rhs_tr, diag, Bt if diag else 1,
-                       largest_divisor(nc, gmax), rowdot)
+                       largest_divisor(nc, gmax), rowdot, shared)
 
 
 def _access(kb: KernelBuilder, src: Source, off, pattern) -> HBMAccess:
@@ -150,11 +161,12 @@ def lower_skinny(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
     D = tuple(mm.meta["val"].shape)
     tp = plan_tiles(FusedGroup(group.nodes, group.outputs, D), sources, kb.target, NMAX,
                     seeded=frozenset({mm}), merge=False)
-    P, F = (0, 2) if sh.diag else (sh.nb, sh.nb + 1)
+    P, F = (0, 2) if sh.entries_on_partitions else (sh.nb, sh.nb + 1)
     lw = FusedEmitter(replace(tp, P=P, F=F, fc=min(sh.N, NMAX)), sources, kb, out_tensors, out_meta)
     kb.plan = (f"skinny matmul [{'x'.join(map(str, D[:-2])) or '-'}] {sh.M}x{sh.K} @ {sh.K}x{sh.N} "
                f"({sh.in_dt}): " + ("one batch entry per output partition (block-diagonal stationary), "
-                                    if sh.diag else f"{sh.M} output row(s) on partitions, ")
+                                    if sh.diag else "the rhs shared by every batch entry, one entry per output "
+                                    "partition, " if sh.shared else f"{sh.M} output row(s) on partitions, ")
                + f"lhs^T transposed on TensorE, rhs "
                + ("rows transposed on TensorE (evictions split VectorE/ScalarE)" if sh.rhs_tr
                   else "K-major straight into the moving side")
@@ -189,7 +201,7 @@ class _Emit:
         partition for the whole entry instead of one ``N``-element descriptor per k tile (a sum's
         order is free). One column tile only (``N <= 512``)."""
         sh, st = self.sh, self.sb.meta.stride
-        return (sh.M == 1 and not sh.diag and not sh.rhs_tr and sh.K % 128 == 0 and sh.N <= self.NMAX
+        return (sh.rows == 1 and not sh.diag and not sh.rhs_tr and sh.K % 128 == 0 and sh.N <= self.NMAX
                 and st[self.rb - 1] == 1 and st[self.rb - 2] == sh.N and sh.K * sh.N * sh.esz // 128 <= STAGE_BYTES)
 
     def run(self) -> None:
@@ -199,6 +211,9 @@ class _Emit:
         if sh.diag:
             with maybe_loop(self.kb, sh.B // sh.Bt, "affine", "bt") as ip:
                 self.unit(ip, None)
+            return
+        if sh.shared:
+            self.unit(sympy.Integer(0), None)
             return
         with maybe_loop(self.kb, sh.B, "affine", "b") as bv:
             if sh.nb:
@@ -219,7 +234,7 @@ class _Emit:
                                                                    (st[self.ra - 1], nk))))
             return aT, None
         rows = kb.tile((R, K), sh.in_dt, prefix="lhs_rows")
-        if sh.diag:
+        if sh.entries_on_partitions:
             off, rstride = ip * self.PMAX * self.bstride(sa, self.ra), self.bstride(sa, self.ra)
         else:
             off = (bv * self.bstride(sa, self.ra)) if bv is not None else 0

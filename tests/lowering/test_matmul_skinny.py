@@ -56,6 +56,18 @@ def test_bmm_batched_ragged(bsz, m):
                 cases, grad=True, atol=1e-4)
 
 
+@pytest.mark.parametrize("bsz", [3, 8])
+def test_bmm_shared_rhs(bsz):
+    # one row per entry against one weight broadcast over the batch (stride 0): the entries become
+    # the output rows of one GEMM, the weight read once; both weight layouts (separate lhs, so no
+    # input gradient is a sum of two bf16 GEMMs that eager happens to round favourably)
+    x, y, w = randn((bsz, 1, 300)), randn((bsz, 1, 300), seed=2), randn((600, 300), seed=1)
+    cases = [(x, y, w), (x.to(BF16), y.to(BF16), w.to(BF16))]
+    check_cases(lambda x, y, w: (torch.bmm(x, w.t().unsqueeze(0).expand(bsz, 300, 600)) + 1.0,
+                                 torch.bmm(y, w[:300].unsqueeze(0).expand(bsz, 300, 300))),
+                cases, grad=True, atol=1e-4, rtol=1e-4)
+
+
 def test_decode_attention_forms():
     # a decode step's products over a cache: q @ K^T * scale + mask over heads, then p @ V
     q, k, v = randn((2, 4, 1, 64)), randn((2, 4, 300, 64), seed=1), randn((2, 4, 300, 64), seed=2)
@@ -103,3 +115,6 @@ def test_batch_on_partitions_plan():
     assert "3 output row(s) on partitions" in k.plan
     (k,) = _kernels(lambda x, w: x @ w.t(), [(1, 256), (1024, 256)])
     assert "row dot products" in k.plan
+    (k,) = _kernels(lambda x, w: torch.bmm(x, w.t().unsqueeze(0).expand(8, 512, 1024)), [(8, 1, 512), (1024, 512)])
+    assert "the rhs shared by every batch entry" in k.plan
+    assert estimate_program([k], get_target("trn2")).hbm_bytes < 1.1 * 1024 * 512 * 2
