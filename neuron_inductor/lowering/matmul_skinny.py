@@ -43,7 +43,7 @@ from .fused_tiling import plan_tiles
 from .layout import hw_dtype, word_scale
 from .loops import largest_divisor, maybe_loop, ragged
 from .partition_ops import broadcast_partitions
-from .transpose import tensor_transpose
+from .transpose import tensor_transpose, tensor_transpose_exact
 
 aten = torch.ops.aten
 
@@ -87,6 +87,9 @@ class SkinnyShape:
     #: one lhs row against an N-major rhs: the first 128 columns of every column tile are dot
     #: products on GpSimd (multiply) and VectorE (sum along K) instead of TensorE transposes
     rowdot: bool = False
+    #: every column as row dot products: where a TensorE transpose is not exact (NeuronCore-v2),
+    #: ``tensor_transpose`` takes 16 VectorE instructions per 128 x 128 block, ~10x a row dot's cost
+    dots_only: bool = False
     #: bmm with one row per entry and the rhs shared by every entry: the entries are the rows
     shared: bool = False
 
@@ -133,11 +136,13 @@ def skinny_shape(mm: fx.Node, sa: Source, sb: Source, target) -> SkinnyShape | N
     # PSUM: an accumulator bank per column tile of the group, a transpose bank each (N-major rhs),
     # one bank for the lhs transposes
     tail = N % target.matmul_n_max or target.matmul_n_max
-    rowdot = rhs_tr and M == 1 and not diag and not shared and N >= target.matmul_n_max and tail > 128
+    one_row = rhs_tr and M == 1 and not diag and not shared
+    dots_only = one_row and not tensor_transpose_exact(target, in_dt)
+    rowdot = dots_only or (one_row and N >= target.matmul_n_max and tail > 128)
     per_tile = 4 * K * esz
     gmax = 1 if rowdot else (max(1, min(3, STAGE_BYTES // per_tile)) if rhs_tr else 4)
     return SkinnyShape(nb, B, M, N, K, in_dt, esz, rhs_tr, diag, Bt if diag else 1,
-                       largest_divisor(nc, gmax), rowdot, shared)
+                       largest_divisor(nc, gmax), rowdot, dots_only, shared)
 
 
 def _access(kb: KernelBuilder, src: Source, off, pattern) -> HBMAccess:
@@ -170,7 +175,8 @@ def lower_skinny(group: FusedGroup, sources: dict[fx.Node, Source], kb: KernelBu
                + f"lhs^T transposed on TensorE, rhs "
                + ("rows transposed on TensorE (evictions split VectorE/ScalarE)" if sh.rhs_tr
                   else "K-major straight into the moving side")
-               + (", the first 128 columns of each tile as row dot products on GpSimd + VectorE"
+               + (", every column as row dot products on GpSimd + VectorE" if sh.dots_only else
+                  ", the first 128 columns of each tile as row dot products on GpSimd + VectorE"
                   if sh.rowdot else "")
                + f" in 512-column tiles, {sh.groups} per PSUM group; "
                f"epilogue: {len(group.nodes) - 1} fused op(s)")
@@ -303,7 +309,7 @@ class _Emit:
         kb.release(scratch)
         return xb
 
-    def row_dots(self, acc, st, nrows) -> None:
+    def row_dots(self, acc, st, nrows, col0=0) -> None:
         """``acc[0, n] = sum_k rhs_rows[n, k] * x[k]`` for the 128 staged rows ``st`` (the first
         128 columns of the tile): the products in fp32 on GpSimd (exact for bf16 inputs), their sum
         on VectorE, the column turned into a row on TensorE (an exact transpose) in the tile's own
@@ -323,7 +329,7 @@ class _Emit:
             col = kb.tile((self.PMAX, 1), "float32", prefix="dotcol")
             kb.tensor_reduce(col.region(nrows, 1), data=part.region(nrows, len(pieces)), op=AluOp.add,
                              axis=(1,), negate=False, keepdims=True)
-        tensor_transpose(kb, acc.region(1, nrows), col.region(nrows, 1))
+        tensor_transpose(kb, TileRegion(acc, (0, col0), (1, nrows)), col.region(nrows, 1))
 
     def pieces(self) -> list[tuple[int, int]]:
         """(start, width) of the K pieces staged rhs rows are loaded and multiplied in."""
@@ -392,8 +398,12 @@ class _Emit:
                            _access(kb, sb, self.rhs_base(entry) + n0 * sn + k0 * sk, ((sn, nrows), (sk, w))))
                 subs.append((st, nrows))
             if sh.rowdot:
-                self.row_dots(accs[j], *subs.pop(0))
+                for u in range(len(subs) if sh.dots_only else 1):
+                    self.row_dots(accs[j], *subs[u], 128 * u)
+                subs = [] if sh.dots_only else subs[1:]
             stages.append(subs)
+        if sh.dots_only:
+            return
         with maybe_loop(kb, sh.nk, "affine", "k") as kk:
             krows = ragged(sh.K, 128, kk)
             for j, acc in enumerate(accs):

@@ -41,6 +41,14 @@ def test_gemv_row_dots(k, n):
     check_cases(lambda x, w, b: x @ w.t() * 0.5 + b, cases, grad=True, atol=1e-4, rtol=1e-4)
 
 
+def test_gemv_dots_only_on_trn1():
+    # NeuronCore-v2 transposes through VectorE 32 x 32 blocks (its TensorE transpose is not exact),
+    # so one row against W^T is row dot products only; ragged N (a last tile of 88 columns)
+    x, w = randn((1, 300)), randn((600, 300), seed=1)
+    check_cases(lambda x, w: torch.relu(x @ w.t()) * 2.0, [(x, w), (x.to(BF16), w.to(BF16))], grad=True,
+                atol=1e-4, rtol=1e-4, target="trn1")
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 130, 70), (3, 257, 600), (8, 64, 1030)], ids=str)
 def test_mm_kmajor_ragged(m, k, n):
     a, b = randn((m, k)), randn((k, n), seed=1)
@@ -80,10 +88,10 @@ def test_decode_attention_forms():
                 grad=True, atol=1e-4)
 
 
-def _kernels(fn, shapes):
+def _kernels(fn, shapes, target="trn2"):
     args = [torch.empty(s, dtype=BF16, device="meta") for s in shapes]
     gm = make_fx(lambda *a: (fn(*a),), tracing_mode="fake")(*args)
-    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target="trn2", cache=False), "skinny")
+    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target=target, cache=False), "skinny")
     return [k for k in lg.program.kernels if "mm" in k.name]
 
 
@@ -117,4 +125,6 @@ def test_batch_on_partitions_plan():
     assert "row dot products" in k.plan
     (k,) = _kernels(lambda x, w: torch.bmm(x, w.t().unsqueeze(0).expand(8, 512, 1024)), [(8, 1, 512), (1024, 512)])
     assert "the rhs shared by every batch entry" in k.plan
+    (k,) = _kernels(lambda x, w: x @ w.t(), [(1, 256), (600, 256)], "trn1")
+    assert "every column as row dot products" in k.plan
     assert estimate_program([k], get_target("trn2")).hbm_bytes < 1.1 * 1024 * 512 * 2
