@@ -28,6 +28,7 @@ from ..registry import VIEWS, KernelContext, register_lowering
 from . import epilogue as epi_hoist
 from . import kstream
 from .emitter import GemmEmitter
+from .skinny import lower_skinny
 from .operands import operand_access
 from .plan import plan_gemm
 
@@ -148,5 +149,8 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
 
 @register_lowering(aten.mm.default, aten.bmm.default, kind="kernel", epilogue=True)
 def lower_mm(ctx: KernelContext, *args) -> None:
-    """mm / bmm and the pointwise epilogue the partitioner fused after it (``ctx.group.nodes``)."""
+    """mm / bmm and the pointwise epilogue the partitioner fused after it (``ctx.group.nodes``);
+    skinny ones (at most 8 rows per batch entry: decode GEMVs) have a plan of their own."""
+    if lower_skinny(ctx.group, dict(ctx.sources), ctx.builder, dict(ctx.outputs), dict(ctx.out_meta), ctx.config):
+        return
     lower_matmul(ctx.group, dict(ctx.sources), ctx.builder, dict(ctx.outputs), dict(ctx.out_meta), ctx.config)
