@@ -245,6 +245,8 @@ def _div(ctx, node, a, b):
     if b.kind == "scalar":
         if a.kind == "scalar":
             return TVal.const(a.scalar / b.scalar)
+        if a.kind == "full" and a.region.dtype in FLOAT_DTYPES:  # (ScalarE may take it: binary)
+            return binary(ctx, "multiply", a, TVal.const(_reciprocal_const(b.scalar)), dt)
         return scalar_op(ctx, a, "multiply", _reciprocal_const(b.scalar), dt)
     rb = ctx.new(b.kind, "float32")
     ctx.kb.tensor_scalar(rb, data=b.region, operand0=0.0, op0=AluOp.reciprocal)
