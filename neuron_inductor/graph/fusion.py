@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 
 from ..lowering.fused.group import col_pair as _col_pair, last_axis as _last_axis, reduce_dims
+from ..lowering.fused.scan import fusable_scan, scan_fits
 from ..lowering.groups import Group, GroupDraft, group_outputs, tensor_vals, unmerge, val, view_root  # noqa: F401
 from ..lowering.layout import SUPPORTED, domain_strides
 from ..lowering.registry import (ORDER_PRESERVING_VIEWS, REDUCTIONS, VIEWS, node_unsupported, op_kind,
@@ -155,6 +156,17 @@ class Partitioner:
                                 g.reduce_axes, reduction=n.target in REDUCTIONS)
 
     def _compatible(self, g: GroupDraft, n: fx.Node) -> bool:
+        """``n`` may join ``g`` (which may adopt ``n``'s reduction axes; callers restore them on
+        False). A scan joins fused groups over its own shape only, and a group holding scans keeps
+        axes that put the scanned (last) axis on the free side (``lowering.fused.scan.scan_fits``)."""
+        if fusable_scan(n) and (g.kind != "fused" or list(val(n).shape) != list(g.domain)):
+            return False
+        if not self._compatible_node(g, n):
+            return False
+        return not (fusable_scan(n) or any(fusable_scan(m) for m in g.members)) or \
+            scan_fits(g.domain, g.reduce_axes, g.col_axes)
+
+    def _compatible_node(self, g: GroupDraft, n: fx.Node) -> bool:
         shape = list(val(n).shape)
         if g.kind == "matmul":
             return n.target not in REDUCTIONS and _fits(shape, g.domain)
@@ -227,6 +239,9 @@ class Partitioner:
             if kind == "kernel":
                 if takes_epilogue(n.target):
                     self._new("matmul", n, domain=tuple(val(n).shape))
+                elif self.fusion and fusable_scan(n):  # keeps its neighbours' values on chip
+                    if not self._try_fuse(n):
+                        self._new("fused", n, domain=tuple(val(n).shape))
                 else:
                     self._new("kernel", n)
                 continue

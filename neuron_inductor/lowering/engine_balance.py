@@ -3,7 +3,8 @@
 The fused emitter puts every ALU op on VectorE; ScalarE only runs activation functions. A chain with
 many multiplies by constants and few activations (an AdamW step) then leaves ScalarE idle while
 VectorE bounds the kernel. A multiply by a constant is also ScalarE's ``activation(copy, scale=c)``,
-so it goes to whichever engine has the lighter share of the chain so far.
+so it goes to whichever engine has the lighter share of the chain so far; so does a multiply by a
+per-partition fp32 row (``activation``'s scale may be a [P, 1] tile).
 """
 from __future__ import annotations
 
@@ -33,19 +34,39 @@ def charge(ctx, engine: str, passes: int) -> None:
     _engine_load(ctx)[engine] += _per_elem(ctx, engine, passes)
 
 
-def scale_on_scalar(ctx, op: str, a: TVal, b: TVal, kind: str, dtype: str) -> bool:
-    """A float tile times a constant can be ScalarE's ``activation(copy, scale=c)`` (one fp32
-    multiply, rounded once to the output dtype, as VectorE's ``tensor_scalar`` does): it goes there
-    when ScalarE has the lighter share of the chain, so long elementwise chains (an AdamW step: eight
-    multiplies by constants among tensor-tensor ops) use both engines instead of VectorE alone."""
-    if op != "multiply" or kind != "full" or {a.kind, b.kind} != {"full", "scalar"}:
-        return False
-    t, c = (a, b.scalar) if a.kind == "full" else (b, a.scalar)
-    if not isinstance(c, (int, float)) or isinstance(c, bool) or not math.isfinite(float(c)) \
-            or dtype not in FLOAT_DTYPES or t.region.dtype not in FLOAT_DTYPES:
-        return False
+def scale_on_scalar(ctx, op: str, a: TVal, b: TVal, kind: str, dtype: str):
+    """A float tile times a constant, or times an fp32 per-partition row, can be ScalarE's
+    ``activation(copy, scale=c)`` (one fp32 multiply, rounded once to the output dtype, as VectorE's
+    ``tensor_scalar`` does): it goes there when ScalarE has the lighter share of the chain, so long
+    elementwise chains (an AdamW step: eight multiplies by constants among tensor-tensor ops; mamba's
+    scan: rows of ``delta * a``) use both engines instead of VectorE alone. Returns (the tile, the
+    scale: a number or a [P, 1] region), or None to stay on VectorE."""
+    if op != "multiply" or kind != "full" or "full" not in (a.kind, b.kind) or a.kind == b.kind:
+        return None
+    t, o = (a, b) if a.kind == "full" else (b, a)
+    if o.kind == "scalar":
+        c = o.scalar
+        if not isinstance(c, (int, float)) or isinstance(c, bool) or not math.isfinite(float(c)):
+            return None
+        c = float(c)
+    elif o.kind == "row" and o.region is not None and o.region.dtype == "float32" and o.hi is None:
+        c = o.region
+    else:
+        return None
+    if dtype not in FLOAT_DTYPES or t.region.dtype not in FLOAT_DTYPES:
+        return None
     load = _engine_load(ctx)
     if load["scalar"] + _per_elem(ctx, "scalar", 1) < load["vector"] + _per_elem(ctx, "vector", 1):
         charge(ctx, "scalar", 1)
-        return True
-    return False
+        return t, c
+    return None
+
+
+def lighter_engine(ctx) -> str:
+    """The engine (VectorE or ScalarE) with the lighter share of the chain for a one-pass copy,
+    charged to it."""
+    load = _engine_load(ctx)
+    engine = "scalar" if load["scalar"] + _per_elem(ctx, "scalar", 1) < \
+        load["vector"] + _per_elem(ctx, "vector", 1) else "vector"
+    charge(ctx, engine, 1)
+    return engine

@@ -220,6 +220,8 @@ class GraphLowering:
                 log.debug("splitting group %s: %s", [n.name for n in real], e)
                 for n in real:
                     self.lower_group(self._single(n))
+            elif g.kind == "fused" and real[0].target in KERNELS:  # a scan a fused kernel could not hold
+                self.lower_group(self._single(real[0]))
             else:
                 self.fallback(real[0], str(e))
 

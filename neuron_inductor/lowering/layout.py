@@ -116,12 +116,13 @@ def domain_strides(meta: TensorMeta, domain: Sequence[int]) -> list[int] | None:
 
 
 def merge_dims(domain: Sequence[int], strides_list: list[list[int]],
-               keep_apart: set[int] = frozenset()) -> tuple[list[int], list[list[int]], list[list[int]]]:
+               keep_apart: set[int] = frozenset(),
+               alone: set[int] = frozenset()) -> tuple[list[int], list[list[int]], list[list[int]]]:
     """Collapse adjacent domain axes that every tensor addresses contiguously.
 
     Returns the merged domain, each tensor's merged strides, and for each merged axis the original
     axes it covers. Axes in ``keep_apart`` (e.g. reduced axes next to kept ones) never merge with a
-    neighbour of the other kind.
+    neighbour of the other kind; axes in ``alone`` (a scanned axis) with no neighbour at all.
     """
     groups: list[list[int]] = []
     dom: list[int] = []
@@ -129,7 +130,7 @@ def merge_dims(domain: Sequence[int], strides_list: list[list[int]],
     for ax, size in enumerate(domain):
         if groups:
             prev = groups[-1][-1]
-            same_kind = (prev in keep_apart) == (ax in keep_apart)
+            same_kind = (prev in keep_apart) == (ax in keep_apart) and prev not in alone and ax not in alone
             ok = same_kind and all(st[prev] == st[ax] * size or (st[prev] == 0 and st[ax] == 0)
                                    for st in strides_list)
             if size == 1 and same_kind:

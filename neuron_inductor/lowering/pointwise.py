@@ -102,9 +102,10 @@ def binary(ctx, op: str, a: TVal, b: TVal, dtype: str, out: torch.dtype | None =
     dst = ctx.new(kind, dtype)
     # power runs on GpSimd (tensor_tensor docstring); every other ALU op here on VectorE
     engine = "gpsimd" if op == "power" else "vector"
-    if engine == "vector" and scale_on_scalar(ctx, op, a, b, kind, dtype):
-        t, c = (a, b.scalar) if a.kind == "full" else (b, a.scalar)
-        ctx.kb.activation(dst, data=t.region, scale=float(c), op="copy", engine="scalar")
+    on_scalar = scale_on_scalar(ctx, op, a, b, kind, dtype) if engine == "vector" else None
+    if on_scalar is not None:
+        t, c = on_scalar
+        ctx.kb.activation(dst, data=t.region, scale=c, op="copy", engine="scalar")
         return TVal(kind, dst)
     charge(ctx, "vector", 2 if a.kind == b.kind and dtype != "bfloat16" else 1)
     if a.kind == b.kind:
@@ -244,6 +245,8 @@ def _div(ctx, node, a, b):
     if b.kind == "scalar":
         if a.kind == "scalar":
             return TVal.const(a.scalar / b.scalar)
+        if a.kind == "full" and a.region.dtype in FLOAT_DTYPES:  # (ScalarE may take it: binary)
+            return binary(ctx, "multiply", a, TVal.const(_reciprocal_const(b.scalar)), dt)
         return scalar_op(ctx, a, "multiply", _reciprocal_const(b.scalar), dt)
     rb = ctx.new(b.kind, "float32")
     ctx.kb.tensor_scalar(rb, data=b.region, operand0=0.0, op0=AluOp.reciprocal)
@@ -312,6 +315,8 @@ def _neg(ctx, node, a):
     val = node.meta["val"]
     if not val.dtype.is_floating_point and a.kind != "scalar":
         return integers.negate(ctx, a, val.dtype)
+    if a.kind == "full":  # a multiply by -1: ScalarE takes it when VectorE carries more of the chain
+        return binary(ctx, "multiply", a, TVal.const(-1.0), tile_dtype(val))
     return scalar_op(ctx, a, "multiply", -1, tile_dtype(val))
 
 

@@ -178,3 +178,30 @@ def test_constant_multiplies_balance_onto_scalar_engine():
     (k,) = lg.program.kernels
     acts = [s for s, _ in walk(k.body) if getattr(s, "op", None) == "activation" and s.attrs.get("op") == "copy"]
     assert len(acts) >= 3, [getattr(s, "op", None) for s, _ in walk(k.body)]
+
+
+def _row_chain(x, y, r):
+    h = x * y + y          # tensor-tensor work on VectorE first
+    return -(h * r) / 3.0  # then a multiply by a per-row value, a neg and a division by a constant
+
+
+def test_row_multiply_neg_and_division_balance_onto_scalar_engine():
+    """After VectorE's tensor-tensor ops, a multiply by an fp32 row (``activation``'s [P, 1] scale), a
+    neg and a division by a constant go to ScalarE as ``activation(copy, scale=...)``: the same fp32
+    multiplies, so results match eager (ragged rows, fp32 and bf16, backward)."""
+    cases = [(randn((300, 130), dt), randn((300, 130), dt, seed=1), randn((300, 1), dt, seed=2))
+             for dt in (torch.float32, torch.bfloat16)]
+    check_cases(_row_chain, cases, grad=True)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from neuron_inductor import pipeline
+    from neuron_inductor.config import get_config
+    from neuron_inductor.graph.passes import run_passes
+    from neuron_inductor.ir import TileRegion
+    args = [torch.empty(s, device="meta") for s in ((256, 512), (256, 512), (256, 1))]
+    gm = make_fx(lambda *a: (_row_chain(*a),), tracing_mode="fake")(*args)
+    lg = pipeline.partition_and_lower(run_passes(gm), get_config().replace(target="trn1", cache=False), "rows")
+    (k,) = lg.program.kernels
+    acts = [s for s, _ in walk(k.body) if getattr(s, "op", None) == "activation" and s.attrs.get("op") == "copy"]
+    assert any(isinstance(s.srcs.get("scale"), TileRegion) for s in acts), acts
+    assert len(acts) >= 2 and not any(getattr(s, "op", None) == "tensor_scalar" for s, _ in walk(k.body))

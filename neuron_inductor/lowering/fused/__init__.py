@@ -4,6 +4,8 @@
 * ``variants``: which tile plans a group tries, best first;
 * ``tiling``: the plan object (``TilePlan``, ``plan_tiles``), computed once before any instruction;
 * ``emitter``: ``FusedEmitter``, which walks the plan and emits the kernel (registered as ``"fused"``);
+* ``scan``: fp32 ``cumsum`` / ``cumprod`` along the last axis inside a fused kernel, the running
+  value carried from one free chunk to the next;
 * ``ctx``: what a pointwise lowering sees inside a fused kernel (``FusedCtx``, ``LoopState``).
 
 This file imports nothing: ``group`` is read by the registry and the partitioner, and must not pull

@@ -30,6 +30,8 @@ from ..builder import KernelBuilder, TVal
 from .ctx import FusedCtx, LoopState
 from .group import FusedGroup, Source, builder_restore, builder_snapshot, reduce_dims, sbuf_peak
 from .variants import plan_variants
+from ..engine_balance import lighter_engine
+from .scan import open_carries, scan_node
 from .tiling import TilePlan, plan_tiles
 from ..layout import LoweringError, hw_dtype, word_scale
 from ..loops import nest, tiles
@@ -70,6 +72,10 @@ class FusedEmitter:
         self.vals: dict[fx.Node, TVal] = {}
         self.hoisted: dict[tuple, TVal] = {}
         self.colsums: ColumnSums | None = None
+        #: scans' running values between chunks (``_open_carries``), and the column of this row
+        self.carries: dict = {}
+        self.carry_col: sympy.Expr = sympy.Integer(0)
+        self.ones = None
         self.row_loop = "affine"
         self.ctx = FusedCtx(self)
 
@@ -90,6 +96,9 @@ class FusedEmitter:
         kb, tp = self.kb, self.tp
         kb.plan = tp.describe(self.pmax)
         self.hoist()
+        if tp.scans:  # the scans' multiplicand (``r[i] = 1 * r[i-1] + x[i]``)
+            self.ones = kb.tile((self.pmax, tp.fc), "float32", prefix="ones")
+            kb.memset(self.ones.full(), 1.0)
         if tp.col_reds:
             kb.plan += f"; column sums of {[r.name for r in tp.col_reds]} on TensorE"
         if self.hoisted:
@@ -198,6 +207,9 @@ class FusedEmitter:
                 self._finish_partition_reduce(accs)
                 return
             with tiles(self.kb, tp.psize, pmax, self.row_loop, "p") as (at.ip, at.rows):
+                if tp.kept_free:
+                    kept_free_chunks(self)
+                    return
                 accs = self._init_accs()
                 self.vals = {}
                 self._chunks(accs)
@@ -220,7 +232,8 @@ class FusedEmitter:
         tp, at = self.tp, self.at
         with nest(self.kb, [tp.D[a] for a in tp.seq], "sequential", "r") as rv:
             at.loop_vars.update(zip(tp.seq, rv))
-            kind = "sequential" if tp.reductions else "affine"
+            open_carries(self, 1)
+            kind = "sequential" if tp.reductions or tp.scans else "affine"
             with tiles(self.kb, tp.fsize, tp.fc, kind, "f") as (at.fcv, at.cols):
                 self.vals = {}
                 self.eval(pre_only=tp.accumulate, accs=accs)
@@ -329,6 +342,8 @@ class FusedEmitter:
                 continue  # a value over the empty domain: never needed
             if n in self.tp.col_reds:
                 self._col_add(n, loads)
+            elif n in self.tp.scans:
+                self.vals[n] = scan_node(self, n, self._arg(n, n.args[0], loads))
             elif n.target in REDUCTIONS:
                 self.vals[n] = self._reduce(n, accs, loads)
             else:
@@ -374,6 +389,14 @@ class FusedEmitter:
             _check_int_reduction(self.tp, n, x, op)
         if x.kind != "full":
             x = copy(self.ctx, x, "float32", "full")
+        if self.tp.kept_free and self.tp.slots:  # this row's own slot, combined after the loop
+            acc = accs[n].region
+            slot = TileRegion(acc.tile, (acc.starts[0], self.carry_col * self.tp.fc), acc.sizes)
+            self.kb.copy(lighter_engine(self.ctx), slot, x.region)
+            return accs[n]
+        if self.tp.kept_free:  # the free axis is kept: fold this slice in element-wise
+            self.kb.tensor_tensor(accs[n].region, data1=accs[n].region, data2=x.region, op=op)
+            return accs[n]
         dt = "float32" if op == "add" else x.dtype
         part = self.ctx.new("row", dt)
         self.kb.tensor_reduce(part, data=x.region, op=op, axis=(1,), negate=False, keepdims=True)
@@ -446,6 +469,51 @@ class FusedEmitter:
             acc = self._access(out, 0, meta.dtype, 0, st, full, "output", w)
             self.kb.dma(acc, src)
 
+
+
+def kept_free_chunks(em: FusedEmitter) -> None:
+    """Per free chunk: element-wise accumulators, the reduced axes as sequential loops, then the
+    values computed from the reductions and the stores (plan ``kept_free``)."""
+    tp, at, kb = em.tp, em.at, em.kb
+    open_carries(em, math.prod(tp.D[a] for a in tp.seq))
+    with tiles(kb, tp.fsize, tp.fc, "sequential" if tp.scans else "affine", "f") as (at.fcv, at.cols):
+        accs, nseq = {}, math.prod(tp.D[a] for a in tp.seq)
+        for r in tp.reductions:
+            op, init = REDUCTIONS[r.target]
+            t = kb.tile((em.pmax, tp.fc * (nseq if tp.slots else 1)),
+                        "float32" if op == "add" else tile_dtype(r.meta["val"]), prefix="acc")
+            if not tp.slots:  # (slots: every one is written before it is read)
+                kb.memset(t.region(at.rows, at.cols), init)
+            accs[r] = TVal("full", t.region(at.rows, at.cols))
+        with nest(kb, [tp.D[a] for a in tp.seq], "affine" if tp.slots else "sequential", "r") as rv:
+            at.loop_vars.update(zip(tp.seq, rv))
+            em.carry_col = sum((v * math.prod(tp.D[b] for b in tp.seq[i + 1:]) for i, v in enumerate(rv)),
+                               sympy.Integer(0))
+            em.vals = {}
+            em.eval(pre_only=True, accs=accs)
+        em.carry_col = sympy.Integer(0)
+        at.loop_vars.update({a: sympy.Integer(0) for a in tp.seq})  # the post pass reads no reduced axis
+        em.vals = {}
+        for r in tp.reductions:
+            if tp.slots:
+                combine_slots(kb, accs[r].region, nseq, tp.fc, REDUCTIONS[r.target][0])
+            em.vals[r] = _finish_reduction(em.ctx, tp, r, accs[r])
+            if r in em.g.outputs:
+                em._store(r, em.vals[r])
+        em.eval(post_only=True, accs=accs)
+    at.fcv = sympy.Integer(0)
+
+
+def combine_slots(kb: KernelBuilder, acc: TileRegion, n: int, width: int, op: str) -> None:
+    """Fold slots ``1..n-1`` (each ``width`` columns apart) of ``acc`` into slot 0 as a pairwise tree:
+    ``ceil(log2 n)`` dependent steps instead of ``n - 1``."""
+    while n > 1:
+        h = (n + 1) // 2
+        for i in range(n - h):
+            a = TileRegion(acc.tile, (acc.starts[0], i * width), acc.sizes)
+            b = TileRegion(acc.tile, (acc.starts[0], (i + h) * width), acc.sizes)
+            kb.tensor_tensor(a, data1=a, data2=b, op=op)
+        n = h
 
 
 def _finish_reduction(ctx: FusedCtx, tp: TilePlan, r: fx.Node, v: TVal) -> TVal:

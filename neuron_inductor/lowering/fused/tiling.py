@@ -31,6 +31,7 @@ from ...ir import TensorMeta, contiguous_strides
 from ...target import Target
 from ..builder import ceil_div
 from .group import FusedGroup, Source, reduce_dims
+from .scan import SCANS, scan_dim
 from ..layout import LoweringError, broadcast_strides, domain_strides, merge_dims
 from ..loops import largest_divisor, split_axis
 from ..registry import ORDER_PRESERVING_VIEWS, REDUCTIONS
@@ -78,6 +79,15 @@ class TilePlan:
     single: bool = False
     #: row reductions accumulate across chunks or loops
     accumulate: bool = False
+    #: scans (cumsum, cumprod) in the group and the merged axis they run along (``F``)
+    scans: tuple[fx.Node, ...] = ()
+    S: int | None = None
+    #: ``F`` is a kept axis: reductions run over sequential loops inside each free chunk and
+    #: accumulate element-wise in a [rows, fc] tile (sums over a middle axis, read contiguously)
+    kept_free: bool = False
+    #: (kept_free) each reduced-loop iteration writes its own slot of a [rows, slots * fc] tile and
+    #: the slots are combined after the loop: no value crosses iterations, so the loop is affine
+    slots: bool = False
     #: leaf -> where its elements live (host buffer, offset, dtypes): two view nodes of one buffer
     #: read with the same strides are one load
     leaf_ids: Mapping[fx.Node, tuple] = field(default_factory=lambda: MappingProxyType({}))
@@ -116,12 +126,14 @@ class TilePlan:
 
 def plan_tiles(group: FusedGroup, sources: Mapping[fx.Node, Source], target: Target, free_chunk: int,
                R0: set | None = None, C0: set | None = None, seeded: frozenset = frozenset(),
-               merge: bool = True) -> TilePlan:
-    """The tile plan of ``group`` (``R0``/``C0`` override its reduced / column-sum axes)."""
+               merge: bool = True, kept_free: bool = False) -> TilePlan:
+    """The tile plan of ``group`` (``R0``/``C0`` override its reduced / column-sum axes;
+    ``kept_free`` puts a kept axis on the free side, see ``_Planner.kept_free_axes``)."""
     pl = _Planner(group, sources, R0, C0, seeded)
     fields = pl.strides(merge)
     if merge:
-        fields.update(pl.axes(fields, target.partitions))
+        fields.update(pl.kept_free_axes(fields, target.partitions) if kept_free
+                      else pl.axes(fields, target.partitions))
     for k in ("node_strides", "loads", "stores"):  # read-only from here on
         fields[k] = MappingProxyType({key: tuple(st) for key, st in fields[k].items()})
     fields["leaf_ids"] = MappingProxyType({a: (s.host, s.meta.storage_offset, s.base_dtype, s.meta.dtype)
@@ -143,6 +155,16 @@ def split_rows(n: int, pmax: int) -> int:
 def _chunk(tp: TilePlan, target: Target, free_chunk: int, live: int) -> TilePlan:
     """Free-axis chunking: whole rows on chip after a row reduction or for column sums, else chunks
     of SBUF shared by every value that may be live at once."""
+    if tp.scans and (tp.p_reduced or tp.col_reds):
+        raise LoweringError("a scan beside a partition reduction or column sums")
+    if tp.kept_free:  # one [rows, fc] accumulator per reduction beside the chunk's live values
+        _check_kept_free(tp)
+        nseq, nred = math.prod(tp.D[a] for a in tp.seq), len(tp.reductions)
+        budget = int(target.sbuf_bytes_per_partition * 0.6) // (4 * (live + nred + 1))
+        slot_budget = int(target.sbuf_bytes_per_partition * 0.6) // (4 * (live + nred * nseq + 1))
+        slots = bool(nred) and 1 < nseq <= MAX_SLOTS and slot_budget >= min(tp.fsize, MIN_SLOT_CHUNK)
+        fc = max(1, min(tp.fsize, free_chunk, slot_budget if slots else budget))
+        return _check_post_scans(replace(tp, fc=fc, single=False, accumulate=True, slots=slots))
     single = any(n in tp.post and tp.is_full(n) for n in tp.group.nodes) or bool(tp.col_reds)
     if single:
         if tp.seq or tp.p_reduced:
@@ -157,7 +179,33 @@ def _chunk(tp: TilePlan, target: Target, free_chunk: int, live: int) -> TilePlan
             for a in n.all_input_nodes:
                 if a in tp.members and a not in tp.post and a not in tp.reductions:
                     raise LoweringError(f"{n.name} needs {a.name} after an accumulated reduction")
-    return replace(tp, fc=fc, single=single, accumulate=accumulate)
+    return _check_post_scans(replace(tp, fc=fc, single=single, accumulate=accumulate))
+
+
+#: a kept-free reduction over at most this many rows per element keeps one slot per row, in chunks
+#: of at least ``MIN_SLOT_CHUNK`` (else it accumulates in a sequential loop)
+MAX_SLOTS = 64
+MIN_SLOT_CHUNK = 512
+
+
+def _check_post_scans(tp: TilePlan) -> TilePlan:
+    """A scan computed from a reduction runs where no carry crosses chunks: in one chunk."""
+    if tp.nchunks > 1 and any(n in tp.post for n in tp.scans):
+        raise LoweringError("a scan after a reduction over several chunks")
+    return tp
+
+
+def _check_kept_free(tp: TilePlan) -> None:
+    """The values computed from the reductions run once per chunk, after the reduced loops: they
+    may read only the reductions and leaves, and nothing of theirs may vary along a reduced axis."""
+    for n in tp.post:
+        if any(a in tp.members and a not in tp.post and a not in tp.reductions for a in n.all_input_nodes):
+            raise LoweringError(f"{n.name} needs a value of the reduced loops after them")
+    late = [st for (n, _), st in tp.loads.items() if n in tp.post] + \
+        [st for n, st in tp.stores.items() if n in tp.post or n in tp.reductions] + \
+        [tp.node_strides[n] for n in tp.post]
+    if any(st[a] != 0 for st in late for a in tp.seq):
+        raise LoweringError("a value after the reductions varies along a reduced axis")
 
 
 class _Planner:
@@ -197,12 +245,18 @@ class _Planner:
                 self.post.add(n)
         self.seeded = frozenset(seeded)
         self.post_nodes = self.post | set(self.reductions) | self._reduced_space()
+        self.scans = [n for n in group.nodes if n.target in SCANS]
+        axes0 = {scan_dim(n) for n in self.scans}
+        if len(axes0) > 1 or any(list(n.meta["val"].shape) != list(group.domain) for n in self.scans):
+            raise LoweringError("scans along different axes, or not over the whole domain")
+        self.S0 = next(iter(axes0), None)
 
     def roles(self) -> dict:
         return dict(group=self.g, D0=tuple(self.D0), R0=frozenset(self.R0), C0=frozenset(self.C0),
                     members=frozenset(self.members), empty=self.empty, col_reds=tuple(self.col_reds),
                     reductions=tuple(self.reductions), col_post=frozenset(self.col_post),
-                    post=frozenset(self.post), seeded=self.seeded, post_nodes=frozenset(self.post_nodes))
+                    post=frozenset(self.post), seeded=self.seeded, post_nodes=frozenset(self.post_nodes),
+                    scans=tuple(self.scans))
 
     # --- alignment of shapes to the domain --------------------------------------------------
     def _reduced_space(self) -> set[fx.Node]:
@@ -291,10 +345,12 @@ class _Planner:
             dom, merged = list(self.D0), accesses
             axes = [[i] for i in range(len(dom))]
         else:
-            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0 or self.C0)
+            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0 or self.C0,
+                                           alone={self.S0} if self.scans else set())
         it = iter(merged)
         return dict(node_strides={n: next(it) for n in node_strides0}, loads={k: next(it) for k in loads0},
                     stores={k: next(it) for k in stores0}, D=tuple(dom),
+                    S=next((i for i, grp in enumerate(axes) if self.S0 in grp), None) if self.scans else None,
                     R=frozenset(i for i, grp in enumerate(axes) if any(a in self.R0 for a in grp)),
                     C=frozenset(i for i, grp in enumerate(axes) if any(a in self.C0 for a in grp)))
 
@@ -305,7 +361,11 @@ class _Planner:
         allst = list(f["loads"].values()) + list(f["stores"].values())
         if f["C"]:
             return self._column_axes(D, R, f["C"])
-        if R:
+        if f["S"] is not None and R and max(R) != f["S"]:
+            raise LoweringError("the scanned axis cannot be the free axis")
+        if f["S"] is not None and not R:
+            F = f["S"]
+        elif R:
             F = max(R)
         elif n:
             F = max(range(n), key=lambda a: (sum(1 for s in allst if abs(s[a]) == 1), a))
@@ -318,11 +378,32 @@ class _Planner:
             others = [a for a in R if a != F and D[a] > 1]
             if others:
                 P, p_reduced = max(others, key=lambda a: (D[a], a)), True
-            elif not any(D[a] > 1 for a in range(n) if a != F) and split_rows(D[F], pmax) > 1:
+            elif not any(D[a] > 1 for a in range(n) if a != F) and split_rows(D[F], pmax) > 1 \
+                    and f["S"] is None:
                 return self._split_free(f, F, split_rows(D[F], pmax))
         return dict(F=F, P=P, p_reduced=p_reduced,
                     outer=tuple(a for a in range(n) if a not in R and a not in (F, P) and D[a] > 1),
                     seq=tuple(a for a in R if a not in (F, P) and D[a] > 1))
+
+    def kept_free_axes(self, f: dict, pmax: int) -> dict:
+        """Reductions that keep the axis most accesses read with stride 1 (a sum over the middle
+        axis of ``[B, S, H]``): that axis is ``F``, the largest other kept axis ``P``, the reduced
+        axes sequential loops inside each chunk. The default plan would put the reduced axis on
+        the free side and read it with a stride (one DMA descriptor per element)."""
+        D, R = f["D"], f["R"]
+        allst = list(f["loads"].values()) + list(f["stores"].values())
+        kept = [a for a in range(len(D)) if a not in R and D[a] > 1]
+        if not R or f["C"] or not kept:
+            raise LoweringError("no kept axis to put on the free side")
+        F = max(kept, key=lambda a: (sum(1 for s in allst if abs(s[a]) == 1), a))
+        if f["S"] is not None and F != f["S"]:
+            raise LoweringError("the scanned axis is not the kept free axis")
+        rest = [a for a in kept if a != F]
+        P = max(rest, key=lambda a: (D[a], a)) if rest else None
+        if P is None or D[P] < pmax // 4:
+            raise LoweringError("too few rows for a kept free axis")
+        return dict(F=F, P=P, kept_free=True, outer=tuple(a for a in rest if a != P),
+                    seq=tuple(a for a in sorted(R) if D[a] > 1))
 
     def _column_axes(self, D, R, C) -> dict:
         """Column sums: ``F`` is the one axis they keep (also the row reductions' axis), ``P`` the
