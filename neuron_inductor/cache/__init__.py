@@ -3,9 +3,11 @@
 Public surface: :func:`compile_cached` (the ATen-level seam, used by ``compile.py``),
 :func:`compile_dynamo_cached` (the Dynamo-level seam, used by ``backend.py``: a hit skips
 AOTAutograd), :class:`Artifact` (what a compile produces), :func:`stats` (counters for this process).
-Layout and fault handling: ``store.py``; the key records: ``key.py`` and ``dynamo.py``; the strict
-file schemas: ``validate.py``; maintenance used by the CLI: ``manage.py``; export/import (data only, sources regenerated
-on import): ``transfer.py``, ``tario.py`` and ``regen.py``; user documentation: docs/cache.md.
+Both seams are one flow, ``orchestrate.serve`` (memory -> verified entry -> per-key lock -> compile
+-> publish), given a tier that says what its entries hold. Layout and fault handling: ``store.py``;
+the key records: ``key.py`` and ``dynamo.py``; the strict file schemas: ``validate.py``; maintenance
+used by the CLI: ``manage.py``; export/import (data only, sources regenerated on import):
+``transfer.py``, ``tario.py`` and ``regen.py``; user documentation: docs/cache.md.
 
 Names are resolved lazily so ``neuron-inductor cache ...`` (which only reads files) never pays for
 importing torch.
@@ -16,7 +18,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Artifact": "api", "NeuronCacheWarning": "api", "clear_memory": "api", "compile_cached": "api",
+    "Artifact": "api", "NeuronCacheWarning": "orchestrate", "clear_memory": "orchestrate",
+    "compile_cached": "api",
     "graph_summary": "api", "make_record": "key", "SCHEMA_VERSION": "schema", "key_of": "schema",
     "package_fingerprint": "schema",
     "CacheSecurityError": "store", "Store": "store", "default_root": "store",
