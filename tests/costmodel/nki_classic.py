@@ -8,7 +8,11 @@ statements (``Loop``/``Alloc``/``Dma``/``Instr`` of neuron_inductor.ir.nodes) in
 
 How a kernel is read:
 * ``nl.affine_range(n)`` / ``nl.sequential_range(n)`` yield one sympy loop variable and record a
-  ``Loop``: the body is traced once, as the cost model summarises it (Python ``range`` loops unroll);
+  ``Loop``: the body is traced once, as the cost model summarises it. A Python ``for ... in
+  range(...)`` in a kernel's source is a ``sequential_range`` loop, as the Neuron compiler makes it
+  ("Inside a NKI kernel, any use of Python range(...) will be replaced with sequential_range(...)",
+  ``nki.language.sequential_range``, classic NKI docs): its iterations get no loop-level
+  pipelining, which is what NKIBench's rope measured (see ``load_kernel_source``);
 * on-chip arrays ``nl.ndarray((blocks..., par_dim(P), free...))`` become one IR ``Tile`` of the
   per-block shape ``(P, free...)``; block indices select a buffer and do not enter the cost; the tile
   is allocated in the innermost loop enclosing every access to it (the compiler allocates per block);
@@ -25,6 +29,7 @@ Nothing here executes numerics; a call the shim does not know raises ``NotImplem
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
 import sys
@@ -262,10 +267,30 @@ class HBMArg:
     dtype: str = "float32"
 
 
+#: the name a kernel's Python ``range`` loops are rewritten to call (``_RangeAsSequential``)
+_SEQUENTIAL_RANGE = "__nki_classic_sequential_range__"
+
+
+class _RangeAsSequential(ast.NodeTransformer):
+    """Rewrites ``for ... in range(...)`` into a ``sequential_range`` loop, as the Neuron compiler
+    does with classic NKI kernels (``nki.language.sequential_range``: "any use of Python range(...)
+    will be replaced with sequential_range(...)"). Only ``for`` statements: a ``range`` elsewhere
+    (a comprehension building a Python list) stays Python, since the shim traces a loop once."""
+
+    def visit_For(self, node: ast.For) -> ast.For:
+        self.generic_visit(node)
+        it = node.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+            it.func = ast.copy_location(ast.Name(_SEQUENTIAL_RANGE, ast.Load()), it.func)
+        return node
+
+
 def load_kernel_source(source: str, filename: str = "<kernel>"):
-    """The ``kernel`` function of a classic-NKI module's source, imported against the shim."""
-    ns: dict = {"__name__": "nki_classic_kernel"}
+    """The ``kernel`` function of a classic-NKI module's source, imported against the shim, with its
+    Python ``range`` loops read as the compiler reads them (``_RangeAsSequential``)."""
+    tree = ast.fix_missing_locations(_RangeAsSequential().visit(ast.parse(source, filename)))
+    ns: dict = {"__name__": "nki_classic_kernel", _SEQUENTIAL_RANGE: _range("sequential")}
     with _shim():
-        exec(compile(source, filename, "exec"), ns)
+        exec(compile(tree, filename, "exec"), ns)
     return ns["kernel"]
 

@@ -15,11 +15,13 @@ import pytest
 from neuron_inductor.costmodel import estimate_kernel
 from neuron_inductor.target import TRN1
 
-from nki_classic import HBMArg, trace_kernel
+from nki_classic import HBMArg, load_kernel_source, trace_kernel
 
 #: NKIBench measured latency, ms, of the kernel whose instruction mix each kernel below reproduces
 MEASURED_MS = {"transpose_matmul": 9.610, "silu": 1.333, "mamba": 2.889, "adamw": 2.000,
-               "bmm_softmax": 12.000}
+               "bmm_softmax": 12.000, "rope_single_freq_apply": 4.333}
+#: NKIBench's measured VectorE active share of rope (neuron-profile ``vector_engine_active_time_percent``)
+ROPE_VECTOR_ACTIVE = 0.716
 
 
 def fp32_matmul(lhsT, rhs):
@@ -171,6 +173,42 @@ def batched_softmax_scores(lhs, rhs):
     return out
 
 
+#: A rotary embedding over [128, S] fp32 in 512-column tiles, written with a Python ``range`` loop,
+#: which the Neuron compiler turns into a ``sequential_range`` (nki_classic.load_kernel_source): per
+#: tile, a ScalarE copy moves the odd half (partitions 64-127) down to partitions 0-63 and six
+#: 64-partition VectorE products and sums combine the halves with cos and sin.
+ROTARY_SOURCE = """
+import numpy as np
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+def kernel(x, cos, sin):
+    D, S = x.shape
+    H = D // 2
+    out = nl.ndarray((D, S), dtype=x.dtype, buffer=nl.shared_hbm)
+    for s0 in {loop}(0, S, 512):
+        xt = nl.load(x[0:D, s0:s0 + 512])
+        cs = nl.load(cos[0:H, s0:s0 + 512])
+        sn = nl.load(sin[0:H, s0:s0 + 512])
+        odd = nl.copy(xt[H:D, 0:512])
+        a = nisa.tensor_tensor(xt[0:H, 0:512], cs, nl.multiply)
+        b = nisa.tensor_tensor(odd, cs, nl.multiply)
+        c = nisa.tensor_tensor(xt[0:H, 0:512], sn, nl.multiply)
+        d = nisa.tensor_tensor(odd, sn, nl.multiply)
+        y = nl.ndarray((D, 512), dtype=x.dtype, buffer=nl.sbuf)
+        y[0:H, 0:512] = nisa.tensor_tensor(a, d, nl.subtract)
+        y[H:D, 0:512] = nisa.tensor_tensor(b, c, nl.add)
+        nl.store(out[0:D, s0:s0 + 512], value=y)
+    return out
+"""
+ROTARY_ARGS = [HBMArg((128, 262144)), HBMArg((64, 262144)), HBMArg((64, 262144))]
+
+
+def rotary(loop: str = "range"):
+    """The rotary kernel above with its loop written as ``loop``."""
+    return load_kernel_source(ROTARY_SOURCE.replace("{loop}", loop), "rotary")
+
+
 CASES = {
     "transpose_matmul": (fp32_matmul, [HBMArg((2048, 4096)), HBMArg((2048, 10944))]),
     "silu": (silu, [HBMArg((4096, 7168))]),
@@ -178,6 +216,7 @@ CASES = {
                      HBMArg((16, 7168)), HBMArg((16, 7168))]),
     "adamw": (adam, [HBMArg((10944, 2048))] * 4),
     "bmm_softmax": (batched_softmax_scores, [HBMArg((16, 4096, 64)), HBMArg((16, 64, 4096))]),
+    "rope_single_freq_apply": (rotary(), ROTARY_ARGS),
 }
 
 
@@ -203,3 +242,15 @@ def test_mechanisms(priced):
     # the scan's iterations run back to back: slower than its busiest engine alone
     sc = priced["mamba"]
     assert sc.seconds > 1.2 * max(sc.busy_s.values())
+
+
+def test_python_range_loops_are_sequential(priced):
+    """rope's Python ``range`` loop is a ``sequential_range``: its iterations do not overlap, so VectorE
+    idles while each tile loads and stores, and the modelled VectorE share matches the measured one.
+    Read as an unrolled (or affine) loop the same kernel is VectorE-bound and 31% fast."""
+    rope = priced["rope_single_freq_apply"]
+    assert abs(rope.utilization["vector"] - ROPE_VECTOR_ACTIVE) <= 0.05, rope.utilization
+    affine = estimate_kernel(trace_kernel(rotary("nl.affine_range"), ROTARY_ARGS, "rope_affine"), TRN1)
+    assert affine.utilization["vector"] > 0.95
+    assert affine.seconds * 1e3 < 0.75 * MEASURED_MS["rope_single_freq_apply"]
+    assert rope.seconds > 1.3 * affine.seconds
