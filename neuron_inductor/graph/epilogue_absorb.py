@@ -10,7 +10,9 @@ tile like any epilogue operand, and nothing it reads depends on the GEMM through
 launch and one HBM round trip of the GEMM's output fewer; the values computed are the same ops on the
 same inputs, so numerics are unchanged.
 
-Only GEMMs whose output rows fit one PSUM column tile take more epilogue: the epilogue reads its
+A fused group that reduces the rows of a GEMM's output (a norm, a softmax) runs the GEMM inside its
+row loop instead (``_row_reducer``, ``lowering/matmul/rows.py``: 2-D or batched, rows of up to 8 PSUM
+banks). Only GEMMs whose output rows fit one PSUM column tile take more pointwise epilogue: the epilogue reads its
 operands one output tile at a time, so for wider outputs (an MLP's 11008 columns) its DMA rows would
 be 512 elements where the separate pass reads whole rows in large chunks.
 """
@@ -92,20 +94,37 @@ def _sibling_gemm(p, m: GroupDraft, f: GroupDraft) -> bool:
     return not any(s != id(m) and nx.has_path(dag, s, id(m)) for s in dag.successors(id(f)))
 
 
+#: SBUF bytes per partition a GEMM's resident rhs may take when it runs in the row loop of a fused
+#: group with rows wider than one PSUM bank or per batch entry (about a seventh of trn1's 176 KiB: the rows
+#: themselves take up to 16 KiB per fp32 value, and a batched rhs is double-buffered)
+RHS_RESIDENT_BYTES = 24 * 1024
+
+
+def _rhs_bytes(mm) -> int:
+    """SBUF bytes per partition of ``mm``'s rhs held resident as [128, k tiles x N]."""
+    b = mm.args[1].meta["val"]
+    K, N = int(b.shape[-2]), int(b.shape[-1])
+    return math.ceil(K / common_limit("matmul_k_max")) * N * b.element_size()
+
+
 def _row_reducer(p, m: GroupDraft, f: GroupDraft) -> bool:
     """Fused group ``f`` reduces rows of matmul group ``m``'s output (an RMSNorm after a projection
-    and residual add) and those rows fit one PSUM bank: ``m`` runs inside ``f``'s row loop
-    (``lowering/matmul/rows.py``)."""
-    if f.kind != "fused" or len(f.reduce_axes) != 1 or len(m.domain) != 2:
+    and residual add, a softmax of a batched product) and those rows fit the PSUM banks a row tile
+    may use: ``m`` runs inside ``f``'s row loop (``lowering/matmul/rows.py``)."""
+    from ..lowering.matmul.rows import MAX_BANKS
+
+    if f.kind != "fused" or len(f.reduce_axes) != 1 or len(m.domain) not in (2, 3):
         return False
     (ax,) = f.reduce_axes
-    M, N = m.domain
-    if ax != len(f.domain) - 1 or f.domain[-1] != N or math.prod(f.domain) != M * N or \
-            N > common_limit("matmul_n_max"):
+    N = m.domain[-1]
+    if ax != len(f.domain) - 1 or f.domain[-1] != N or math.prod(f.domain) != math.prod(m.domain) or \
+            N > MAX_BANKS * common_limit("matmul_n_max"):
         return False
     am = _anchors(m)
-    if len(am) != 1 or am[0].target is not aten.mm.default:
+    if len(am) != 1 or am[0].target is not (aten.mm.default if len(m.domain) == 2 else aten.bmm.default):
         return False
+    if (N > common_limit("matmul_n_max") or len(m.domain) == 3) and _rhs_bytes(am[0]) > RHS_RESIDENT_BYTES:
+        return False   # wide or batched rows: the rhs (per batch entry) must stay resident beside the rows
     reads_m = False
     for n in f.nodes:
         if n.target is aten.copy_.default:

@@ -11,6 +11,7 @@ from ..config import Config
 from .cat_layout import cat_into_permuted_layout
 from .cat_select import cat_to_select
 from .effects import is_impure, strip_effect_tokens
+from .attention_pattern import explicit_attention_to_kernel
 from .rotary_pattern import rotary_into_cat, rotary_to_kernel
 from .empty import fold_empty_operands
 from .stack_pass import masked_sum_to_cat
@@ -186,6 +187,7 @@ PASSES: list[Callable[[fx.GraphModule, Config | None], None]] = [
     full_like_to_full,
     fold_wide_scalar_operands,
     common_subexpression_elimination,
+    explicit_attention_to_kernel,
     masked_sum_to_cat,
     rotary_to_kernel,
     cat_to_select,

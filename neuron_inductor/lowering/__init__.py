@@ -9,6 +9,7 @@ from .fused import emitter  # noqa: F401  (group lowering: fused pointwise and r
 from .matmul import multi, rows  # noqa: F401  (group lowerings: sibling GEMMs, row GEMM)
 from .attention import forward  # noqa: F401  (flash attention forward)
 from .attention import backward  # noqa: F401  (flash attention backward)
+from .attention import explicit  # noqa: F401  (explicit softmax attention on the flash forward)
 from . import indexing  # noqa: F401  (embedding, cat, scatter...)
 from . import scan  # noqa: F401  (cumsum, cumprod)
 from . import flip  # noqa: F401

@@ -36,11 +36,11 @@ def _lowered(fn, shapes):
 
 
 def test_matmul_epilogue_stores_no_widened_copy():
-    # 600 columns: rows of at most one PSUM bank (512) would put the norm inside the GEMM's kernel
-    # (lowering/matmul/rows.py), which stores no widened value either
-    kernels = _lowered(residual_norm, [(300, 96), (96, 600), (300, 600), (600,)])
+    # 4200 columns: rows of at most eight PSUM banks (4096) would put the norm inside the GEMM's
+    # kernel (lowering/matmul/rows.py), which stores no widened value either
+    kernels = _lowered(residual_norm, [(300, 96), (96, 4200), (300, 4200), (4200,)])
     (mm,) = [k for k in kernels if "mm" in k.name]
-    # was: outputs y (bf16), float(y) and float(y) ** 2 (fp32, 300 x 130 each)
+    # was: outputs y (bf16), float(y) and float(y) ** 2 (fp32, 300 x 4200 each)
     assert [o.dtype for o in mm.outputs] == ["bfloat16"], [(o.dtype, o.numel) for o in mm.outputs]
     assert len(kernels) == 2
 

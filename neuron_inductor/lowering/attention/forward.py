@@ -32,11 +32,19 @@ lengths allow (1 KiB DMA descriptors instead of one 256-byte row each), put back
 PSUM evictions; the logsumexp is finished and stored once per batch entry with the heads innermost,
 where torch keeps it contiguous.
 
+Two options serve ``explicit.py`` (explicit attention rewritten to this kernel): ``rep`` query heads
+per K/V head (head h reads K/V head h // rep: the head loop runs over K/V heads, then their query
+heads) and ``strict`` (``_Sanitizer``: Q and K rows made finite before TensorE transposes them, their
+NaN flags added to the output row's 1 / l (query rows) and to V's ones column (key rows), so the
+output has NaN exactly in the rows eager's explicit softmax gives NaN; rows are then loaded one per
+partition, so each flag sits on its row's partition).
+
 The backward kernel is in ``backward.py``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ...costmodel.instrs import instr_cost, make_evaluator
 from ...ir import HBMAccess, Instr, Tile, TileRegion
@@ -62,21 +70,51 @@ CAUSAL_SETS = 8
 
 
 
-def _rows_per_partition(x: HeadTensor, S: int, D: int) -> int:
+def _rows_per_partition(x: HeadTensor, S: int, D: int, strict: bool = False) -> int:
     """Sequence rows one partition takes per DMA when a 512-row group is loaded at once: 4 (1 KiB of
-    bf16 per descriptor instead of 256 B) when the rows are contiguous and every group is whole, else 1."""
-    return 4 if S % NMAX == 0 and x.st[3] == 1 and x.st[2] == D else 1
+    bf16 per descriptor instead of 256 B) when the rows are contiguous and every group is whole, else 1
+    (always 1 in strict mode: each row's non-finite flag must sit on the partition of its row)."""
+    return 4 if S % NMAX == 0 and x.st[3] == 1 and x.st[2] == D and not strict else 1
+
+
+class _Sanitizer:
+    """Strict mode (``explicit.py``: explicit softmax attention, eager semantics): every Q and K row
+    is made finite before TensorE transposes it (a transpose of NaN/Inf is not bit-accurate on
+    trn1, and an identity matmul spreads a NaN over its whole block on every target), and its flag is
+    kept: 0 for a finite row, NaN for a row holding NaN or +-Inf (``x * 0`` summed over the row by
+    the same ScalarE pass, ``activation(reduce_res)``). The flags put the NaNs back where eager has
+    them (``FwdEmitter``): a query row's into its output row, a key row's into every row."""
+
+    def __init__(self, kb: KernelBuilder, dt: str, D: int) -> None:
+        self.kb, self.D = kb, D
+        self.zeros = kb.tile((PMAX, D), dt, prefix="zeros")
+        kb.memset(self.zeros.region(PMAX, D), value=0.0, engine=Engine.gpsimd)
+
+    def __call__(self, rows: TileRegion, flag: TileRegion) -> None:
+        """Zero the non-finite values of ``rows`` ([n, D], in place); ``flag`` [n, 1] (fp32) gets
+        the rows' flags."""
+        kb, n, D = self.kb, rows.sizes[0], rows.sizes[1]
+        junk = kb.tile((PMAX, D), "float32", prefix="zflag")
+        kb.activation(junk.region(n, D), op=ActFunc.copy, data=rows, scale=0.0, reduce_op=AluOp.add,
+                      reduce_res=flag)
+        ok = kb.tile((PMAX, D), "uint8", prefix="finite")
+        kb.tensor_scalar(ok.region(n, D), data=rows, operand0=0.0, op0=AluOp.abs, operand1=float("inf"),
+                         op1=AluOp.less)
+        kb.tensor_copy_predicated(rows, src=self.zeros.region(n, D), predicate=ok.region(n, D),
+                                  reverse_pred=True, engine=Engine.vector)
 
 
 def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: HeadTensor, b, h, g0: int, n: int, D: int, dt: str,
-                  tp: tuple[Tile, int], r: int, ident: Tile | None = None) -> Tile:
+                  tp: tuple[Tile, int], r: int, ident: Tile | None = None, san: "_Sanitizer | None" = None,
+                  flags: "Callable[[int], TileRegion] | None" = None) -> Tile:
     """Rows [g0, g0 + n) (n <= 512) of a head transposed: [D, n] in a [128, 512] tile, transposed
     through 512 columns of the PSUM tile ``tp`` = (tile, first column), whose dtype is ``dt`` (a
     TensorE transpose writes its input's dtype). With r > 1 each
     partition loads r consecutive rows in one descriptor; the r TensorE transposes then hold rows
     r*p + j in column p, so their evictions write with stride r into a (128, 512 / r, r) tile whose
     flattened free index is the row offset, and one GpSimd copy (an engine with room in this kernel)
-    makes it the plain 2-D tile TensorE operands must be."""
+    makes it the plain 2-D tile TensorE operands must be. With ``san`` (strict mode, r = 1) each
+    128-row block is made finite before its transpose and its rows' flags go to ``flags(block)``."""
     out = kb.tile((PMAX, NMAX), dt, prefix="xT")
     ps, pc = tp
     if r > 1:
@@ -98,6 +136,8 @@ def _load_group_T(kb: KernelBuilder, bal: "_Balance", x: HeadTensor, b, h, g0: i
         cols = min(PMAX, n - PMAX * jj)
         sr = TileRegion(stage, (0, D * jj), (cols, D))
         kb.dma(sr, x.rows(b, h, g0 + PMAX * jj, cols, D))
+        if san is not None:
+            san(sr, flags(jj))
         kb.add(transpose_instr(TileRegion(ps, (0, pc + PMAX * jj), (D, cols)), sr, ident))
     bal.copy(out.region(D, n) if n == NMAX else TileRegion(out, (0, 0), (D, n)), TileRegion(ps, (0, pc), (D, n)))
     return out
@@ -258,8 +298,14 @@ class FwdEmitter:
     PSUM ring, the K^T / V groups and every query tile (:meth:`qtile`)."""
 
     def __init__(self, kb: KernelBuilder, ctx: AttnCtx, plan: FwdPlan, qkv: tuple[HeadTensor, ...],
-                 out: HeadTensor | None, lse: HeadTensor | None) -> None:
+                 out: HeadTensor | None, lse: HeadTensor | None, strict: bool = False, rep: int = 1) -> None:
         self.kb, self.ctx, self.plan = kb, ctx, plan
+        #: strict: explicit softmax attention's semantics (``explicit.py``): non-finite Q/K rows made
+        #: finite before any transpose, their NaNs put back through flags (``_Sanitizer``)
+        self.strict = strict
+        #: query heads per K/V head (grouped-query attention: head h reads K/V head h // rep)
+        self.rep = rep
+        self.san: _Sanitizer | None = None
         self.q, self.k, self.v = qkv
         self.out, self.lse = out, lse
         self.bal = _Balance(kb)
@@ -282,8 +328,9 @@ class FwdEmitter:
                 if p.Sq % PMAX:   # rows past the last tile's queries are never written: keep them finite
                     kb.memset(self.lsecols[0].region(PMAX, p.nq, p.H), value=1.0, engine=Engine.gpsimd)
                     kb.memset(self.lsecols[1].region(PMAX, p.nq, p.H), value=0.0, engine=Engine.gpsimd)
-            with maybe_loop(kb, p.H, "affine", "h") as h:
-                self._head(b, h)
+            with maybe_loop(kb, p.H // self.rep, "affine", "h") as hk:
+                with maybe_loop(kb, self.rep, "affine", "r") as r:
+                    self._head(b, hk * self.rep + r, hk)
             if self.lse is not None:
                 _store_lse(kb, self.ctx, self.bal, self.lse, self.lsecols, b, p.Sq, p.nq, p.H)
 
@@ -300,10 +347,12 @@ class FwdEmitter:
                 kb.tensor_scalar(self.trim.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0,
                                  operand1=-HARD, op0=AluOp.greater, op1=AluOp.multiply)
             kb.tensor_scalar(ident.region(PMAX, PMAX), data=ident.region(PMAX, PMAX), operand0=0.0, op0=AluOp.equal)
+        if self.strict:
+            self.san = _Sanitizer(kb, p.dt, p.D)
         self.negs = kb.tile((PMAX, 1), "float32", prefix="negscale")
         kb.memset(self.negs.region(PMAX, 1), value=float(-self.ctx.scale), engine=Engine.gpsimd)
 
-    def _head(self, b, h) -> None:
+    def _head(self, b, h, hk) -> None:
         """One (batch, head): PSUM is a ring of score banks (each with its P^T tile in SBUF); a query
         tile takes the next banks of the ring, so tiles of different widths (causal) share PSUM as
         they need it."""
@@ -320,8 +369,9 @@ class FwdEmitter:
             st=kb.tile((PMAX, 8 + p.nbmax), "float32", prefix="stats"),
             osb=kb.tile((PMAX, p.D + 1), "float32", prefix="o_acc"),
             oout=kb.tile((PMAX, p.D), p.out_dt, prefix="o_sb")) for _ in range(p.nsb)]
-        kT, vr = self._key_groups(b, h, ring, sets[0]["ident"])
-        rq = _rows_per_partition(self.q, p.Sq, p.D)
+        kT, vr = self._key_groups(b, hk, ring, sets[0]["ident"])
+        rq = _rows_per_partition(self.q, p.Sq, p.D, self.strict)
+        qflags = kb.tile((PMAX, p.nq), "float32", prefix="qflags") if self.strict else None
         qTs = {}
         c = 0
         for i in range(p.nq):
@@ -333,7 +383,10 @@ class FwdEmitter:
             qg = i // BLOCKS_PER_BANK
             if qg not in qTs:   # Q^T of this tile's 512 queries, transposed in the last bank it uses
                 qTs[qg] = _load_group_T(kb, self.bal, self.q, b, h, NMAX * qg, min(NMAX, p.Sq - NMAX * qg), p.D,
-                                        p.dt, _tp(ts, len(banks) - 1), rq, sets[0]["ident"])
+                                        p.dt, _tp(ts, len(banks) - 1), rq, sets[0]["ident"], self.san,
+                                        lambda jj, qg=qg: TileRegion(qflags, (0, BLOCKS_PER_BANK * qg + jj),
+                                                                     (min(PMAX, p.Sq - PMAX * (BLOCKS_PER_BANK * qg + jj)), 1)))
+            ts["qflag"] = TileRegion(qflags, (0, i), (min(PMAX, p.Sq - PMAX * i), 1)) if qflags is not None else None
             self.qtile(ts, qTs[qg], kT, vr, b, h, i, w)
 
     def _key_groups(self, b, h, ring: list, ident: Tile | None) -> tuple[list, list]:
@@ -343,13 +396,20 @@ class FwdEmitter:
         kb, p, k, v, D = self.kb, self.plan, self.k, self.v, self.plan.D
         per = BLOCKS_PER_BANK
         kT, vr = [], []
-        rk = _rows_per_partition(k, p.Sk, D)
+        rk = _rows_per_partition(k, p.Sk, D, self.strict)
         for g in range(ceil_div(p.nk, per)):
             tp = (ring[(g % p.nsets) * p.nb + (g // p.nsets) % p.nb], 0)
+            kflags = kb.tile((PMAX, per), "float32", prefix="kflags") if self.strict else None
             kT.append(_load_group_T(kb, self.bal, k, b, h, NMAX * g, min(NMAX, p.Sk - NMAX * g), D, p.dt, tp, rk,
-                                    ident))
+                                    ident, self.san,
+                                    lambda jj, g=g, kf=kflags: TileRegion(kf, (0, jj), (min(PMAX, p.Sk - PMAX * (per * g + jj)), 1))))
             vr.append(kb.tile((PMAX, per * (D + 1)), p.dt, prefix="v_rows"))
             kb.memset(vr[-1].region(PMAX, per * (D + 1)), value=1.0, engine=Engine.gpsimd)
+            if kflags is not None:   # the ones column is 1 + flag: a non-finite key row makes every row sum NaN
+                for j in range(g * per, min(p.nk, (g + 1) * per)):
+                    cols, jj = min(PMAX, p.Sk - PMAX * j), j - g * per
+                    kb.tensor_scalar(TileRegion(vr[-1], (0, (D + 1) * jj + D), (cols, 1)),
+                                     data=TileRegion(kflags, (0, jj), (cols, 1)), operand0=1.0, op0=AluOp.add)
             for j in range(g * per, min(p.nk, (g + 1) * per)):
                 cols, jj = min(PMAX, p.Sk - PMAX * j), j - g * per
                 kb.dma(TileRegion(vr[-1], (0, (D + 1) * jj), (cols, D)), v.rows(b, h, PMAX * j, cols, D))
@@ -463,6 +523,8 @@ class FwdEmitter:
         kb, bal, ctx, D, rows = self.kb, self.bal, self.ctx, self.plan.D, st.rows
         alpha = st.alpha
         bal.activation(alpha, data=TileRegion(acc.tile, (0, D), (rows, 1)), op=ActFunc.reciprocal)
+        if ts.get("qflag") is not None:   # strict: a non-finite query row's output is NaN, as eager's
+            kb.tensor_tensor(alpha, data1=alpha, data2=ts["qflag"], op=AluOp.add, engine=Engine.gpsimd)
         if self.lsecols is not None:   # this tile's 1 / l and -scale * m join the batch entry's logsumexp inputs
             for t, x in zip(self.lsecols, (alpha, negm_fin)):
                 kb.tensor_copy(TileRegion(t, (0, i, h), (rows, 1, 1)), src=x, engine=Engine.gpsimd)

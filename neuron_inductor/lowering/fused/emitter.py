@@ -77,6 +77,9 @@ class FusedEmitter:
         self.carry_col: sympy.Expr = sympy.Integer(0)
         self.ones = None
         self.row_loop = "affine"
+        #: called at the top of each iteration of the outer loops, before its row tiles: what one
+        #: outer iteration shares is loaded there (``matmul/rows.py``: a batched GEMM's rhs)
+        self.on_outer = None
         self.ctx = FusedCtx(self)
 
     # --- expressions -------------------------------------------------------------------------
@@ -199,6 +202,8 @@ class FusedEmitter:
         tp, at, pmax = self.tp, self.at, self.pmax
         with nest(self.kb, [tp.D[a] for a in tp.outer], self.row_loop, "l") as lv:
             at.loop_vars.update(zip(tp.outer, lv))
+            if self.on_outer is not None:
+                self.on_outer()
             if tp.p_reduced:
                 at.rows = sympy.Integer(min(pmax, tp.psize))
                 accs = self._init_accs()

@@ -126,11 +126,13 @@ class TilePlan:
 
 def plan_tiles(group: FusedGroup, sources: Mapping[fx.Node, Source], target: Target, free_chunk: int,
                R0: set | None = None, C0: set | None = None, seeded: frozenset = frozenset(),
-               merge: bool = True, kept_free: bool = False) -> TilePlan:
+               merge: bool = True, kept_free: bool = False, apart: frozenset = frozenset()) -> TilePlan:
     """The tile plan of ``group`` (``R0``/``C0`` override its reduced / column-sum axes;
-    ``kept_free`` puts a kept axis on the free side, see ``_Planner.kept_free_axes``)."""
+    ``kept_free`` puts a kept axis on the free side, see ``_Planner.kept_free_axes``; ``apart``:
+    kept axes never merged with their other neighbours, a batched GEMM's batch axes in
+    ``matmul/rows.py``, so no row tile spans two batch entries)."""
     pl = _Planner(group, sources, R0, C0, seeded)
-    fields = pl.strides(merge)
+    fields = pl.strides(merge, frozenset(apart))
     if merge:
         fields.update(pl.kept_free_axes(fields, target.partitions) if kept_free
                       else pl.axes(fields, target.partitions))
@@ -311,7 +313,7 @@ class _Planner:
         return st
 
     # --- strides and axes --------------------------------------------------------------------
-    def strides(self, merge: bool) -> dict:
+    def strides(self, merge: bool, apart: frozenset = frozenset()) -> dict:
         """Every access's strides along the domain, merged where all allow (``merge``)."""
         accesses: list[list[int]] = []
         node_strides0: dict[fx.Node, list[int]] = {}
@@ -345,7 +347,7 @@ class _Planner:
             dom, merged = list(self.D0), accesses
             axes = [[i] for i in range(len(dom))]
         else:
-            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=self.R0 or self.C0,
+            dom, merged, axes = merge_dims(self.D0, accesses, keep_apart=(self.R0 or self.C0) | apart,
                                            alone={self.S0} if self.scans else set())
         it = iter(merged)
         return dict(node_strides={n: next(it) for n in node_strides0}, loads={k: next(it) for k in loads0},

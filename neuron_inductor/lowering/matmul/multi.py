@@ -29,7 +29,7 @@ from ..fused.group import FusedGroup, Source
 from ..fused.tiling import plan_tiles
 from ..layout import LoweringError, hw_dtype
 from ..loops import maybe_loop, ragged
-from .operands import operand_access
+from .operands import batch_strides, operand_access
 from ..registry import KernelContext, register_lowering
 from ..transpose import tensor_transpose
 
@@ -102,13 +102,22 @@ def lower_matmul_multi(group: FusedGroup, sources: dict[fx.Node, Source], kb: Ke
 
 def _row_major(src: Source, row_ax: int) -> bool:
     """The operand's contraction axis is the contiguous one: rows are DMAed whole and transposed on
-    TensorE instead of read one element per descriptor."""
-    st = src.meta.stride
+    TensorE instead of read one element per descriptor (``row_ax``: 0 or 1 of the last two axes)."""
+    st = src.meta.stride[-2:]
     return st[1 - row_ax] == 1 and st[row_ax] != 1
 
 
-def load_rhs(kb: KernelBuilder, sb: Source, K: int, N: int, in_dt: str):
-    """The whole rhs [K, N] resident in SBUF as [128, k tiles x N] (contraction on partitions)."""
+def _access(kb: KernelBuilder, src: Source, bvars, row_ax: int, col_ax: int, row0, rows, col0, cols):
+    """``operand_access`` of a [.., R, C] operand's last two axes, batch entry ``bvars`` (one
+    variable or index per leading axis) of a batched one."""
+    nb = len(src.meta.size) - 2
+    bst = batch_strides(src.meta) if nb else []
+    return operand_access(kb, src, list(bvars), bst, nb + row_ax, nb + col_ax, row0, rows, col0, cols)
+
+
+def load_rhs(kb: KernelBuilder, sb: Source, K: int, N: int, in_dt: str, bvars=()):
+    """The whole rhs [K, N] (of batch entry ``bvars`` of a batched one) resident in SBUF as
+    [128, k tiles x N] (contraction on partitions)."""
     KMAX, PMAX = kb.target.matmul_k_max, kb.target.partitions
     nk = ceil_div(K, KMAX)
     t = kb.tile((KMAX, nk * N), in_dt, prefix="rhsT")
@@ -116,40 +125,45 @@ def load_rhs(kb: KernelBuilder, sb: Source, K: int, N: int, in_dt: str):
         for c in range(ceil_div(N, PMAX)):
             nrows = min(PMAX, N - PMAX * c)
             st = kb.tile((PMAX, K), in_dt, prefix="rhs_rows")
-            kb.dma(st.region(nrows, K), operand_access(kb, sb, [], [], 1, 0, PMAX * c, nrows, 0, K))
+            kb.dma(st.region(nrows, K), _access(kb, sb, bvars, 1, 0, PMAX * c, nrows, 0, K))
             _transposed(kb, st, nrows, K, t, lambda kk, c=c: kk * N + PMAX * c, in_dt, "scalar")
             kb.release(st)
     else:
         with maybe_loop(kb, nk, "affine", "kr") as kk:
             krows = ragged(K, KMAX, kk)
             kb.dma(TileRegion(t, (0, kk * N), (krows, N)),
-                   operand_access(kb, sb, [], [], 0, 1, KMAX * kk, krows, 0, N))
+                   _access(kb, sb, bvars, 0, 1, KMAX * kk, krows, 0, N))
     return t
 
 
 def gemm_rows(kb: KernelBuilder, sa: Source, rhsT, K: int, N: int, row0, rows, M: int,
-              in_dt: str) -> TVal:
-    """Rows [row0, +rows) of lhs @ rhs (rhs resident, see :func:`load_rhs`), accumulated over K in
-    one PSUM bank and evicted to an fp32 SBUF tile."""
-    KMAX, PMAX = kb.target.matmul_k_max, kb.target.partitions
+              in_dt: str, bvars=(), evict: str = "vector") -> TVal:
+    """Rows [row0, +rows) of lhs @ rhs (rhs resident, see :func:`load_rhs`; batch entry ``bvars``
+    of a batched lhs), accumulated over K in PSUM, one bank per 512 columns (each bank's block
+    evicted on ``evict`` as soon as its K steps are done, so a bank is reused by the next block),
+    into an fp32 SBUF tile."""
+    KMAX, PMAX, NMAX = kb.target.matmul_k_max, kb.target.partitions, kb.target.matmul_n_max
     nk = ceil_div(K, KMAX)
     lhsT = kb.tile((KMAX, nk * PMAX), in_dt, prefix="lhsT")
     if _row_major(sa, 0) and M > 1:
         st = kb.tile((PMAX, K), in_dt, prefix="lhs_rows")
-        kb.dma(st.region(rows, K), operand_access(kb, sa, [], [], 0, 1, row0, rows, 0, K))
+        kb.dma(st.region(rows, K), _access(kb, sa, bvars, 0, 1, row0, rows, 0, K))
         _transposed(kb, st, rows, K, lhsT, lambda kk: kk * PMAX, in_dt, "vector")
     else:
         with maybe_loop(kb, nk, "affine", "kl") as kk:
             krows = ragged(K, KMAX, kk)
             kb.dma(TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
-                   operand_access(kb, sa, [], [], 1, 0, KMAX * kk, krows, row0, rows))
-    acc = kb.tile((PMAX, N), "float32", "psum", prefix="acc")
-    with maybe_loop(kb, nk, "affine", "k") as kk:
-        krows = ragged(K, KMAX, kk)
-        kb.nc_matmul(acc.region(rows, N), stationary=TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
-                     moving=TileRegion(rhsT, (0, kk * N), (krows, N)), accumulate=sympy.Gt(kk, 0) if nk > 1 else False)
+                   _access(kb, sa, bvars, 1, 0, KMAX * kk, krows, row0, rows))
     res = kb.tile((PMAX, N), "float32", prefix="res")
-    kb.copy("vector", res.region(rows, N), acc.region(rows, N))
+    with maybe_loop(kb, ceil_div(N, NMAX), "affine", "nb") as nj:
+        cw = ragged(N, NMAX, nj)
+        acc = kb.tile((PMAX, min(N, NMAX)), "float32", "psum", prefix="acc")
+        with maybe_loop(kb, nk, "affine", "k") as kk:
+            krows = ragged(K, KMAX, kk)
+            kb.nc_matmul(acc.region(rows, cw), stationary=TileRegion(lhsT, (0, kk * PMAX), (krows, rows)),
+                         moving=TileRegion(rhsT, (0, kk * N + NMAX * nj), (krows, cw)),
+                         accumulate=sympy.Gt(kk, 0) if nk > 1 else False)
+        kb.copy(evict, TileRegion(res, (0, NMAX * nj), (rows, cw)), acc.region(rows, cw))
     return TVal("full", res.region(rows, N))
 
 
