@@ -35,6 +35,7 @@ from . import axis_map
 from .axis_map import reduced_shapes as _reduced_shapes
 from .fusion_recompute import recompute_widening_casts
 from .epilogue_absorb import absorb_into_epilogues
+from .prologue_absorb import absorb_into_prologues
 from .horizontal import merge_horizontal
 
 aten = torch.ops.aten
@@ -261,6 +262,7 @@ class Partitioner:
         if self.fusion:
             self._merge_siblings()
             absorb_into_epilogues(self)
+            absorb_into_prologues(self)
             recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible,
                                      self._aligned)
         self._outputs()
