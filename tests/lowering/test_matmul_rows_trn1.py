@@ -19,6 +19,7 @@ from neuron_inductor.config import get_config
 from neuron_inductor.costmodel import estimate_program
 from neuron_inductor.graph.decompositions import decomposition_table
 from neuron_inductor.graph.passes import run_passes
+from neuron_inductor.ir.printer import format_kernel
 from neuron_inductor.lowering.matmul import kstream
 from neuron_inductor.target import get_target
 
@@ -104,6 +105,9 @@ def test_transposes_overlap_matmuls_on_trn1():
     cost = estimate_program([k], get_target("trn1")).kernels[0]
     assert cost.seconds <= 1.1 * cost.busy_s["tensor"]
     assert cost.hbm_bytes <= 1.01 * cost.min_hbm_bytes
+    # VectorE transposes, ScalarE evicts the PSUM tiles (swiglu's down projection was VectorE-bound)
+    text = format_kernel(k)
+    assert "vector.tensor_copy" not in text and "scalar.activation" in text
 
 
 def test_exact_tensor_transposes_keep_their_plan():

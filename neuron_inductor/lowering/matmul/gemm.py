@@ -138,7 +138,9 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
 
     def evict(ps, i, fcv) -> None:
         res = kb.tile((kb.target.partitions, lw.tp.fc), "float32", prefix="res")
-        kb.copy("vector", res.region(kb.target.partitions, lw.tp.fc), ps.region(kb.target.partitions, lw.tp.fc))
+        # VectorE transposes the lhs (rows_tr): ScalarE evicts (the same fp32 copy)
+        kb.copy("scalar" if rows_tr else "vector", res.region(kb.target.partitions, lw.tp.fc),
+                ps.region(kb.target.partitions, lw.tp.fc))
         epilogue(res.region(kb.target.partitions, lw.tp.fc), i, fcv)
 
     if whole_rhs:
