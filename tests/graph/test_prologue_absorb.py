@@ -13,10 +13,10 @@ from neuron_inductor.graph.passes import run_passes
 aten = torch.ops.aten
 
 
-def _groups(fn, *shapes):
+def _groups(fn, *shapes, prologues: bool = True):
     args = [torch.empty(s, device="meta") for s in shapes]
     gm = make_fx(lambda *a: (fn(*a),), decomposition_table=decomposition_table(), tracing_mode="fake")(*args)
-    return [g for g in partition(run_passes(gm)) if g.kind in ("fused", "matmul")]
+    return [g for g in partition(run_passes(gm), prologues=prologues) if g.kind in ("fused", "matmul")]
 
 
 def _norm(x):
@@ -34,3 +34,9 @@ def test_norm_read_by_both_operands_stays_apart():
     gs = _groups(lambda x: _norm(x) @ _norm(x).t(), (64, 64))
     mm = next(g for g in gs if any(n.target is aten.mm.default for n in g.nodes))
     assert not any(n.target is aten.sqrt.default for n in mm.nodes)
+
+
+def test_only_where_the_target_takes_it():
+    # the pipeline asks for the fold on trn1 only (its fp32 transposes run on VectorE)
+    gs = _groups(lambda x, w: _norm(x) @ w, (256, 64), (64, 32), prologues=False)
+    assert len(gs) == 2
