@@ -104,3 +104,18 @@ def test_norm_and_gemm_are_one_tensor_bound_kernel_on_trn1():
     cost = estimate_program([k], get_target("trn1")).kernels[0]
     assert cost.seconds <= 1.1 * cost.busy_s["tensor"]
     assert cost.hbm_bytes <= 1.01 * (4096 * 1024 + 1024 * 2048 + 4096 * 2048) * 4
+
+
+def test_long_rows_and_a_wide_rhs(fused):
+    # K = 2200 (longer than the 2048-element free chunk; ragged last k tile): the norm's single pass
+    # holds whole rows, so it still joins the GEMM. N = 12800: the resident rhs would take more than
+    # half of SBUF, so the lowering refuses the fold and lowers the two groups on their own. Both
+    # stay exact with an Inf row.
+    x = randn((130, 2200), seed=13)
+    x[129, 5] = float("inf")
+    w = randn((2200, 40), seed=14) * 0.05
+    x2, w2 = randn((130, 256), seed=15), randn((256, 12800), seed=16) * 0.05
+    x2[0, 3] = float("nan")
+    outs = check_cases(_rmsnorm_matmul, [(x, w), (x2, w2)], atol=1e-4, rtol=1e-4, target="trn1")
+    assert fused == [(130, 2200, 40)]
+    assert [(~o.isfinite().all(-1)).nonzero().flatten().tolist() for o in outs] == [[129], [0]]

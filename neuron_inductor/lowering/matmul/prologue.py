@@ -20,10 +20,10 @@ import torch
 import torch.fx as fx
 
 from ...config import Config
-from ...ir import HBMAccess, TileRegion
+from ...ir import Alloc, HBMAccess, Loop, TileRegion
 from ..builder import KernelBuilder, TVal, ceil_div
 from ..fused.emitter import FusedEmitter
-from ..fused.group import FusedGroup, Source
+from ..fused.group import FusedGroup, Source, sbuf_peak
 from ..fused.tiling import plan_tiles
 from ..layout import LoweringError, hw_dtype, torch_dtype_name
 from ..loops import maybe_loop, ragged
@@ -114,7 +114,16 @@ def lower_matmul_prologue(group: FusedGroup, sources: dict[fx.Node, Source], kb:
     em = _PrologueEmitter(tp, sources, kb, out_tensors, out_meta)
     em.setup_gemm(mm, in_dt, out_tensors[mm], keep)
     em.emit()
+    # the fused plan sized its tiles without the resident rhs and the GEMM's PSUM bank
+    if sbuf_peak(kb.body) > kb.target.sbuf_bytes_per_partition or _psum_peak(kb.body) > kb.target.psum_banks:
+        raise LoweringError("the fused lhs, the resident rhs and the accumulators do not fit on chip")
     kb.plan += f"; GEMM {M}x{K} @ {K}x{N} per row tile of its lhs (rhs resident, lhs^T on VectorE)"
+
+
+def _psum_peak(body: list) -> int:
+    """PSUM tiles live at once: a block's own plus its worst nested loop's (as the IR verifier counts)."""
+    own = sum(1 for s in body if isinstance(s, Alloc) and s.tile.memory == "psum")
+    return own + max([_psum_peak(s.body) for s in body if isinstance(s, Loop)], default=0)
 
 
 @register_lowering("matmul_prologue", kind="group")
