@@ -121,8 +121,12 @@ def passes(job: GraphJob) -> Prepared:
 def partition(p: Prepared) -> Partitioned:
     """Greedy fusion into kernel groups (``cfg.fusion=False``: one group per op)."""
     from .graph.fusion import partition as partition_graph
+    from .lowering.transpose import tensor_transpose_exact
+    from .target import get_target
 
-    return Partitioned(p.job, p.gm, tuple(partition_graph(p.gm, p.job.cfg.fusion)))
+    # a norm joins the GEMM after it where the GEMM's fp32 lhs transposes run on VectorE (trn1)
+    prologues = not tensor_transpose_exact(get_target(p.job.cfg.target), "float32")
+    return Partitioned(p.job, p.gm, tuple(partition_graph(p.gm, p.job.cfg.fusion, prologues)))
 
 
 def lower(p: Partitioned) -> Lowered:

@@ -35,6 +35,7 @@ from . import axis_map
 from .axis_map import reduced_shapes as _reduced_shapes
 from .fusion_recompute import recompute_widening_casts
 from .epilogue_absorb import absorb_into_epilogues
+from .prologue_absorb import absorb_into_prologues
 from .horizontal import merge_horizontal
 
 aten = torch.ops.aten
@@ -77,9 +78,10 @@ def _is_sum(n: fx.Node) -> bool:
 
 
 class Partitioner:
-    def __init__(self, gm: fx.GraphModule, fusion: bool = True) -> None:
+    def __init__(self, gm: fx.GraphModule, fusion: bool = True, prologues: bool = False) -> None:
         self.gm = gm
         self.fusion = fusion
+        self.prologues = prologues
         self.groups: list[GroupDraft] = []
         self.group_of: dict[fx.Node, GroupDraft] = {}
         self.dag = nx.DiGraph()
@@ -261,6 +263,8 @@ class Partitioner:
         if self.fusion:
             self._merge_siblings()
             absorb_into_epilogues(self)
+            if self.prologues:
+                absorb_into_prologues(self)
             recompute_widening_casts(self.gm, self.groups, self.group_of, self._compatible,
                                      self._aligned)
         self._outputs()
@@ -395,8 +399,9 @@ class Partitioner:
             g.outputs = group_outputs(g)
 
 
-def partition(gm: fx.GraphModule, fusion: bool = True) -> list[Group]:
+def partition(gm: fx.GraphModule, fusion: bool = True, prologues: bool = False) -> list[Group]:
     """The kernel groups of ``gm``, frozen: the partitioner grows ``GroupDraft``s, lowering reads
-    ``Group``s."""
-    groups = Partitioner(gm, fusion).run()
+    ``Group``s. ``prologues``: fold a GEMM's row-wise lhs producer into its group
+    (``prologue_absorb.py``; only targets whose lowering takes it, so that nothing else changes)."""
+    groups = Partitioner(gm, fusion, prologues).run()
     return [g.freeze() for g in (merge_horizontal(groups) if fusion else groups)]

@@ -6,7 +6,7 @@ into :class:`~.groups.Group` s; ``neuron_inductor.pipeline`` runs both.
 from . import pointwise  # noqa: F401  (registers pointwise ops and reductions)
 from .matmul import gemm  # noqa: F401  (mm, bmm with their epilogue)
 from .fused import emitter  # noqa: F401  (group lowering: fused pointwise and reductions)
-from .matmul import multi, rows  # noqa: F401  (group lowerings: sibling GEMMs, row GEMM)
+from .matmul import multi, prologue, rows  # noqa: F401  (group lowerings: sibling GEMMs, fused lhs, row GEMM)
 from .attention import forward  # noqa: F401  (flash attention forward)
 from .attention import backward  # noqa: F401  (flash attention backward)
 from .attention import explicit  # noqa: F401  (explicit softmax attention on the flash forward)

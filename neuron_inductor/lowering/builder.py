@@ -164,8 +164,11 @@ class KernelBuilder(Emitter):
         self.add(Dma(dst, src))
 
     def finish(self) -> Kernel:
-        return Kernel(self.name, list(self.params.values()), self.outputs, self.body,
-                      self.provenance, self.plan)
+        """The kernel, with consecutive one-operator VectorE ``tensor_scalar`` s paired
+        (``ts_pairs``: one pass instead of two, bit-identical values)."""
+        from .ts_pairs import fuse_tensor_scalar_pairs  # ts_pairs reads builder's IR types only
+        return fuse_tensor_scalar_pairs(Kernel(self.name, list(self.params.values()), self.outputs, self.body,
+                                               self.provenance, self.plan))
 
 
 def instr_of(spec: InstrSpec, dst: TileRegion, engine: str | None = None, **keywords: Any) -> Instr:

@@ -303,6 +303,8 @@ class GraphLowering:
             key = "matmul_multi"
         elif g.kind == "matmul" and g.reduce_axes:  # a GEMM inside a row-reducing fused kernel
             key = "matmul_rows"
+        elif g.kind == "matmul" and any(view_root(m.args[0]) in g.members for m in mm_anchors(g)):
+            key = "matmul_prologue"  # a GEMM whose lhs its fused part computes row by row
         else:  # a kernel of its own, or one with an epilogue (matmul)
             key = None
         n = g.nodes[0] if key else next(m for m in g.nodes if m.target in KERNELS)

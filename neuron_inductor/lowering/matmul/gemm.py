@@ -24,6 +24,7 @@ from ..fused.emitter import FusedEmitter
 from ..fused.group import FusedGroup, Source
 from ..fused.tiling import plan_tiles
 from ..layout import LoweringError, hw_dtype
+from ..transpose import tensor_transpose_exact
 from ..registry import VIEWS, KernelContext, register_lowering
 from . import epilogue as epi_hoist
 from . import kstream
@@ -93,12 +94,17 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
     resident = esz * (M * K + ceil_div(ceil_div(M, kb.target.partitions), bm) * K * N)
     per_block = invariant and epi_hoist.worth_hoisting(kb, lw, invariant, max(kstream.WIDTHS))
     col_bytes = epi_hoist.sbuf_bytes(lw, invariant, 1) if per_block else 0
-    p = kstream.plan(M, N, K, esz, lhs_tr, rhs_tr, budget, epi, resident, col_bytes)
-    whole_rhs = p is None and not lhs_tr and not rhs_tr and \
-        kstream.prefer_rhs_resident(M, N, K, esz, budget, epi + whole, resident)
+    # trn1 fp32: VectorE transposes; overlapping them with the matmuls beats every other plan
+    rows_tr = lhs_tr and not rhs_tr and not tensor_transpose_exact(kb.target, in_dt) and \
+        kstream.prefer_rows_transposed(M, N, K, esz, budget, epi + whole)
+    p = None if rows_tr else kstream.plan(M, N, K, esz, lhs_tr, rhs_tr, budget, epi, resident, col_bytes)
+    whole_rhs = rows_tr or (p is None and not lhs_tr and not rhs_tr and
+                            kstream.prefer_rhs_resident(M, N, K, esz, budget, epi + whole, resident))
     if p is None and not whole_rhs:
         return False
-    if whole_rhs:
+    if rows_tr:
+        kb.plan += "; the whole rhs resident in SBUF, lhs rows transposed on VectorE one row tile per iteration"
+    elif whole_rhs:
         kb.plan += f"; the whole rhs resident in SBUF, lhs^T streamed once in blocks of {kstream.RES_BLOCK} row tiles"
     else:
         kb.plan += (f"; K streamed in chunks of {p.kc} k tiles into fp32 SBUF accumulators of every row tile "
@@ -132,13 +138,15 @@ def _kstream(kb: KernelBuilder, lw: FusedEmitter, mm: fx.Node, sa: Source, sb: S
 
     def evict(ps, i, fcv) -> None:
         res = kb.tile((kb.target.partitions, lw.tp.fc), "float32", prefix="res")
-        kb.copy("vector", res.region(kb.target.partitions, lw.tp.fc), ps.region(kb.target.partitions, lw.tp.fc))
+        # VectorE transposes the lhs (rows_tr): ScalarE evicts (the same fp32 copy)
+        kb.copy("scalar" if rows_tr else "vector", res.region(kb.target.partitions, lw.tp.fc),
+                ps.region(kb.target.partitions, lw.tp.fc))
         epilogue(res.region(kb.target.partitions, lw.tp.fc), i, fcv)
 
     if whole_rhs:
         if whole:
             prologue(sympy.Integer(0), N)
-        kstream.emit_rhs_resident(kb, M, N, K, in_dt, lhs_access, rhs_access, evict)
+        kstream.emit_rhs_resident(kb, M, N, K, in_dt, lhs_access, rhs_access, evict, lhs_rows=rows_tr)
     else:
         kstream.emit(kb, p, M, N, K, in_dt, lhs_tr, rhs_tr, lhs_access, rhs_access, epilogue,
                      prologue if per_block else None)

@@ -25,7 +25,7 @@ import sympy
 from ...ir import TileRegion
 from ..builder import KernelBuilder, ceil_div
 from ..loops import maybe_loop
-from ..transpose import tensor_transpose
+from ..transpose import tensor_transpose, tensor_transpose_exact
 from ...spec import AluOp
 
 #: k tiles per chunk, largest first (one PSUM accumulation group and one VectorE add per chunk)
@@ -191,11 +191,24 @@ def prefer_rhs_resident(M: int, N: int, K: int, esz: int, budget: int, epi: int,
     return nk * N * esz + nk * RES_BLOCK * 128 * esz + epi + 2 * 512 * 4 <= budget
 
 
+def prefer_rows_transposed(M: int, N: int, K: int, esz: int, budget: int, epi: int) -> bool:
+    """A row-major lhs transposed on VectorE (trn1 fp32: ``transpose.tensor_transpose``): the whole
+    rhs, one row tile's staged rows and their transposes, and one eviction's epilogue tiles fit SBUF
+    (aligned shapes only). The resident-lhs plan transposes a whole M block before its first matmul,
+    so VectorE and TensorE take turns (rmsnorm_matmul: 0.46 ms of transposes, then 0.87 ms of
+    matmuls); one row tile per pipelined iteration overlaps the two, and reads both operands once."""
+    if M % 128 or K % 128 or N % 512:
+        return False
+    return (K // 128) * N * esz + 2 * K * esz + epi + 2 * 512 * 4 <= budget
+
+
 def emit_rhs_resident(kb: KernelBuilder, M: int, N: int, K: int, in_dt: str, lhs_access: Callable,
-                      rhs_access: Callable, evict: Callable) -> None:
+                      rhs_access: Callable, evict: Callable, lhs_rows: bool = False) -> None:
     """Shallow-K GEMMs with many rows (a weight gradient ``dY^T @ X`` at K = tokens): the rhs is
     loaded once and stays resident; lhs^T (K-major in HBM) streams once in blocks of row tiles, so
     both operands are read once where blocks of lhs^T over all of K re-read the rhs per block.
+    ``lhs_rows``: the lhs is row-major; each row tile's rows are DMAed whole and transposed in its
+    own loop iteration, so the transposes of one row tile overlap the matmuls of the previous ones.
     ``evict(psum_region, row_tile, col_tile)`` copies one output tile out of PSUM and finishes it."""
     P, NT = 128, 512
     nm, nk = M // P, K // P
@@ -205,9 +218,18 @@ def emit_rhs_resident(kb: KernelBuilder, M: int, N: int, K: int, in_dt: str, lhs
 
     def block(m0, nbt: int) -> None:
         lhsT = kb.tile((P, nk * nbt * P), in_dt, prefix="wlhsT")
-        for kk in range(nk):
-            kb.dma(TileRegion(lhsT, (0, kk * nbt * P), (P, nbt * P)),
-                   lhs_access(m0 * P, nbt * P, kk * P, P, transposed=True))
+        if lhs_rows:  # nbt == 1: lhsT[:, kk*128 : +128] = rows[:, kk*128 : +128]^T
+            st = kb.tile((P, K), in_dt, prefix="wrows")
+            kb.dma(st.region(P, K), lhs_access(m0 * P, P, 0, K))
+            if tensor_transpose_exact(kb.target, in_dt):
+                _transpose_into(kb, lhsT, lambda kk: kk * P, st, nk, in_dt, "scalar")
+            else:  # VectorE 32 x 32 blocks straight into SBUF
+                for kk in range(nk):
+                    tensor_transpose(kb, TileRegion(lhsT, (0, kk * P), (P, P)), TileRegion(st, (0, kk * P), (P, P)))
+        else:
+            for kk in range(nk):
+                kb.dma(TileRegion(lhsT, (0, kk * nbt * P), (P, nbt * P)),
+                       lhs_access(m0 * P, nbt * P, kk * P, P, transposed=True))
         with maybe_loop(kb, nbt, "affine", "wm") as i:
             with maybe_loop(kb, N // NT, "affine", "wn") as c:
                 ps = kb.tile((P, NT), "float32", "psum", prefix="wps")
@@ -216,10 +238,11 @@ def emit_rhs_resident(kb: KernelBuilder, M: int, N: int, K: int, in_dt: str, lhs
                                  moving=TileRegion(rhs, (0, kk * N + c * NT), (P, NT)), accumulate=kk > 0)
                 evict(ps, m0 + i, c)
 
-    full, tail = divmod(nm, RES_BLOCK)
+    bsz = 1 if lhs_rows else RES_BLOCK
+    full, tail = divmod(nm, bsz)
     if full:
         with maybe_loop(kb, full, "affine", "wb") as mb:
-            block(mb * RES_BLOCK, RES_BLOCK)
+            block(mb * bsz, bsz)
     if tail:
         with kb.loop(1, "affine", "wt"):
-            block(sympy.Integer(full * RES_BLOCK), tail)
+            block(sympy.Integer(full * bsz), tail)
