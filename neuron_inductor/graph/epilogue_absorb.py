@@ -138,10 +138,17 @@ def _row_reducer(p, m: GroupDraft, f: GroupDraft) -> bool:
         return False
     if any(n.target not in VIEWS and n is not am[0] and not p._compatible(f, n) for n in m.nodes):
         return False
-    dag = p.dag
-    if nx.has_path(dag, id(f), id(m)):
+    return joins_directly(p.dag, m, f)
+
+
+def joins_directly(dag, producer, consumer) -> bool:
+    """Whether ``consumer`` can merge into ``producer``'s group (or the other way round) without a
+    cycle: no path back from ``consumer`` to ``producer`` and no third group between them (every
+    other successor of ``producer`` must not reach ``consumer``)."""
+    if nx.has_path(dag, id(consumer), id(producer)):
         return False
-    return not any(s != id(f) and nx.has_path(dag, s, id(f)) for s in dag.successors(id(m)))
+    return not any(s != id(consumer) and nx.has_path(dag, s, id(consumer))
+                   for s in dag.successors(id(producer)))
 
 
 def absorb_into_epilogues(p) -> None:

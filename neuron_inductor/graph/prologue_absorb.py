@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
 import torch
 
 from ..lowering.groups import GroupDraft, view_root
 from ..lowering.registry import VIEWS
+from .epilogue_absorb import joins_directly
 
 aten = torch.ops.aten
 
@@ -40,11 +40,7 @@ def _lhs_producer(p, m: GroupDraft, f: GroupDraft) -> bool:
         return False
     if any(n.target is aten.copy_.default for n in f.nodes):
         return False
-    dag = p.dag
-    if nx.has_path(dag, id(m), id(f)):
-        return False
-    # no third group between them: m reads f only through its lhs
-    return not any(s != id(m) and nx.has_path(dag, s, id(m)) for s in dag.successors(id(f)))
+    return joins_directly(p.dag, f, m)  # m reads f only through its lhs
 
 
 def absorb_into_prologues(p) -> None:
