@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -150,7 +151,9 @@ PROGRAMS = {"mlp": p_mlp, "attention_fp32": p_attention_fp32, "attention_bf16": 
             "moe_block": p_moe, "ragged": p_ragged, "transformer_block": p_block}
 
 
-def measure(name: str, target: str) -> dict:
+def measure(name: str, target: str, keep: bool = False) -> dict:
+    """Compile program ``name`` for ``target`` into a fresh dump dir and lint every kernel in it;
+    the dir is removed afterwards unless ``keep`` (its path is then in ``"dump"``)."""
     costs: list[float] = []
     real_cost = pipeline._model_cost
 
@@ -173,10 +176,12 @@ def measure(name: str, target: str) -> dict:
     finally:
         pipeline._model_cost = real_cost
     lint = lint_dir(d)
+    if not keep:
+        shutil.rmtree(d, ignore_errors=True)
     return {"kernels": lint["kernels"], "findings": {r: len(v) for r, v in lint["findings"].items()},
             "examples": {r: v[0] for r, v in lint["findings"].items()},
             "graph_fallbacks": stats.compiled()["graph_fallbacks"],
-            "modelled_seconds": sum(costs), "error": error, "dump": d}
+            "modelled_seconds": sum(costs), "error": error, "dump": d if keep else None}
 
 
 def main(argv=None) -> int:
@@ -186,6 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--baseline", help="a --json file of an earlier run: print the modelled-time change")
     ap.add_argument("--verbose", action="store_true", help="print one example finding per rule")
+    ap.add_argument("--keep-dumps", action="store_true", help="keep each program's generated kernels")
     args = ap.parse_args(argv)
     base = json.load(open(args.baseline)) if args.baseline else {}
     results: dict = {}
@@ -194,7 +200,7 @@ def main(argv=None) -> int:
           f"{'modelled':>11} {'vs baseline':>11}  rules")
     for name in args.programs:
         for t in args.targets:
-            r = measure(name, t)
+            r = measure(name, t, keep=args.keep_dumps)
             results[f"{name}/{t}"] = r
             by_rule.update(r["findings"])
             old = base.get(f"{name}/{t}", {}).get("modelled_seconds")

@@ -123,10 +123,14 @@ def conformance_bench():
 
 @pytest.mark.parametrize("program", ["moe_block", "embedding_xent", "ragged", "rotary_pos8192",
                                      "rmsnorm_layernorm"])
-def test_conformance_programs_compile_for_trn3(conformance_bench, program):
+def test_conformance_programs_compile_for_trn3(conformance_bench, program, tmp_path, monkeypatch):
     """The conformance benchmark's programs the tiny Llama does not cover (top-k routing, embedding
     gather + cross-entropy, ragged tiles, large rotary positions, norms), compiled for trn3: every
-    kernel generated and linted against trn3's rules, none refused, nothing run eagerly."""
+    kernel generated and linted against trn3's rules, none refused, nothing run eagerly, and its
+    dump dir removed afterwards."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     r = conformance_bench.measure(program, "trn3")
     assert r["error"] is None and r["kernels"] > 0
     assert r["findings"] == {} and r["graph_fallbacks"] == 0
+    assert r["dump"] is None and not list(tmp_path.glob("ni_conf_*"))
